@@ -1,0 +1,55 @@
+# The user interface of the suite. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+SCALE ?= default
+NOTEBOOK ?=
+FORCE ?=
+PARAMS ?= {}
+KERNEL := ondevice
+# A local copy of the data laid out like the official releases (tests and CI use ../shared/data).
+ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
+export ONDEVICE_DATA_MIRROR
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: help setup reproduce test data lab clean clean-results distclean lock
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@echo "  variables: SCALE=smoke|default|paper  NOTEBOOK=<name>  FORCE=1  PARAMS='{\"seed\": 1}'"
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.lock
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (ondevice)" >/dev/null
+	touch $@
+
+setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, register the Jupyter kernel
+
+data: setup ## fetch and verify the data sets that SCALE needs
+	$(PY) -m ondevice.data --scale $(SCALE)
+
+reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/
+	$(PY) -m ondevice.reproduce --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+
+test: setup ## unit tests and a papermill run of every notebook at smoke scale
+	$(PY) -m pytest -q
+
+lab: setup ## start JupyterLab with the suite's kernel
+	$(VENV)/bin/jupyter lab --notebook-dir=. --IdentityProvider.token="$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}" $(if $(filter 0,$(shell id -u)),--allow-root)
+
+lock: ## re-resolve requirements.in into requirements.lock (needs uv)
+	uv pip compile requirements.in --python-version 3.11 -o requirements.lock
+
+clean: ## remove build outputs, caches and failed/staging runs (results are kept)
+	rm -rf build *.egg-info lib/*.egg-info .pytest_cache results/*/.staging-* results/*/*.failed results/smoke
+	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +
+
+clean-results: ## remove results/SCALE (asked for explicitly)
+	rm -rf results/$(SCALE)
+
+distclean: clean ## also remove the virtual environment
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Data: manifests (declared, verified data sets), loaders per format, per-user splits."""

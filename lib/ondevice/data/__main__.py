@@ -1,0 +1,25 @@
+"""Fetch and verify every data set a scale needs: python -m ondevice.data --scale default"""
+import argparse
+import sys
+
+from ..params import SCALES
+from . import manifests
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--scale", default="default", choices=SCALES)
+    args = ap.parse_args(argv)
+    try:
+        needed = [m for m in manifests.all_manifests() if args.scale in m.scales]
+        for m in needed:
+            root = manifests.fetch(m)
+            print(f"[data] {m.name}: verified ({len(m.artifacts)} artifact(s)) in {root}")
+    except manifests.DataError as exc:
+        print(f"[data] error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

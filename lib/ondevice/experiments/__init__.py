@@ -1,0 +1,1 @@
+"""One module per notebook: a Params dataclass with presets, PAPER numbers, and run()."""

@@ -1,0 +1,216 @@
+"""DeepType D3: does on-device incremental training raise top-3-eff over the global model?
+
+Stand-in data: Shakespeare's plays, users = (play, role). The crowd (every role that is not
+held out) trains the global model in the cloud; each held-out role personalises a copy of it on
+its earlier lines (batch 16, starting from the global weights) and is tested on its later lines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pandas as pd
+
+from .. import report
+from ..data import manifests, shakespeare
+from ..data.typing_samples import UNK_ID, Vocabulary, build_samples, sentences
+from ..data.users import choose_heldout, split_history
+from ..metrics import evaluate, top_k_eff
+from ..models import lstm_lm
+from ..params import Params as BaseParams
+from ..train import Trainer, seed_everything
+
+NAME = "deeptype_top3eff"
+DATASET = "shakespeare"
+
+PAPER = report.Paper(
+    citation="Xu et al., DeepType, IMWUT 2018, Table 1 (Twitter-pretrained global model, medians over users)",
+    numbers=(
+        report.PaperNumber("top-k-eff, global model", 0.513, "Table 1, Twitter, no personalization"),
+        report.PaperNumber("top-k-eff, personalized", 0.616, "Table 1, Twitter, DeepType"),
+        report.PaperNumber("relative gain", 0.201, "Sec. 6.1: +20.1%"),
+    ),
+    effects=(report.Effect("personalization raises top-k-eff", "top-k-eff, personalized", "top-k-eff, global model"),),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(BaseParams):
+    k: int = 3                       # suggestions shown (top-k)
+    vocab_size: int = 20000          # output words incl. <pad> and <unk>; paper: 20K
+    embedding_dim: int = 400
+    hidden_units: int = 400          # paper's softmax input is 400 wide (Sec. 5.1)
+    lstm_layers: int = 2
+    context_words: int = 10          # previous words of the sentence in each sample
+    crowd_max_words: int = 0         # words of crowd text for the global model; 0 = all
+    heldout_users: int = 20
+    heldout_min_words: int = 3000    # held-out users drawn among roles with at least this many words
+    personal_train_fraction: float = 0.7
+    global_epochs: int = 5
+    global_batch_size: int = 128
+    global_learning_rate: float = 0.002
+    personal_epochs: int = 5
+    personal_batch_size: int = 16
+    personal_learning_rate: float = 0.0005
+
+    PRESETS = {
+        "smoke": dict(vocab_size=800, embedding_dim=32, hidden_units=48, context_words=4,
+                      crowd_max_words=12000, heldout_users=2, heldout_min_words=2000,
+                      global_epochs=1, personal_epochs=1),
+        "default": dict(vocab_size=5000, embedding_dim=96, hidden_units=192, context_words=6,
+                        crowd_max_words=250000, heldout_users=12, heldout_min_words=3000,
+                        global_epochs=3, personal_epochs=3),
+        "paper": dict(),
+    }
+
+    def check(self) -> None:
+        for name in ("k", "embedding_dim", "hidden_units", "lstm_layers", "heldout_users", "global_epochs",
+                     "global_batch_size", "personal_batch_size", "heldout_min_words"):
+            self.require(getattr(self, name) >= 1, name, "must be at least 1")
+        self.require(self.vocab_size >= 3, "vocab_size", "must be at least 3 (<pad>, <unk> and a word)")
+        self.require(self.k < self.vocab_size - 2, "k", "must be smaller than the number of words in the vocabulary")
+        self.require(self.context_words >= 0, "context_words", "must be >= 0")
+        self.require(self.crowd_max_words >= 0, "crowd_max_words", "must be >= 0 (0 = all)")
+        self.require(self.personal_epochs >= 0, "personal_epochs", "must be >= 0")
+        self.require(0 < self.personal_train_fraction < 1, "personal_train_fraction", "must be in (0, 1)")
+        for name in ("global_learning_rate", "personal_learning_rate"):
+            self.require(getattr(self, name) > 0, name, "must be positive")
+
+
+def _users(speeches) -> dict[tuple[str, str], list[list[str]]]:
+    """(play, role) -> the role's sentences in play order."""
+    users: dict[tuple[str, str], list[list[str]]] = {}
+    for s in speeches:
+        users.setdefault((s.play, s.role), []).extend(sentences(s.text))
+    return {u: sents for u, sents in users.items() if sents}
+
+
+def _crowd(users: dict, heldout: list, max_words: int, rng: np.random.Generator) -> list[list[str]]:
+    """Sentences of every role not held out; a random subset of roles' sentences up to max_words."""
+    sents = [s for u, ss in users.items() if u not in set(heldout) for s in ss]
+    if max_words:
+        order, total, chosen = rng.permutation(len(sents)), 0, []
+        for i in order:
+            if total >= max_words:
+                break
+            chosen.append(sents[i])
+            total += len(sents[i])
+        sents = chosen
+    return sents
+
+
+def run(params: Params, speeches=None, log=print) -> report.Result:
+    """Train the global model on the crowd, personalise it per held-out user, measure both."""
+    start = time.perf_counter()
+    seed_everything(params.seed)
+    rng = np.random.default_rng(params.seed)
+    manifest = manifests.load(DATASET)
+    speeches = speeches if speeches is not None else shakespeare.load_speeches()
+
+    users = _users(speeches)
+    heldout = choose_heldout({u: sum(map(len, s)) for u, s in users.items()},
+                             params.heldout_users, params.heldout_min_words, rng)
+    crowd = _crowd(users, heldout, params.crowd_max_words, rng)
+    vocab = Vocabulary.from_sentences(crowd, params.vocab_size)
+    crowd_samples = build_samples(crowd, vocab, params.context_words)
+    log(f"crowd: {len(users) - len(heldout)} roles, {sum(map(len, crowd))} words -> {len(crowd_samples)} samples; "
+        f"held out: {len(heldout)} roles; vocabulary {vocab.size}")
+
+    model = lstm_lm.build(vocab.input_size, vocab.size, params.embedding_dim, params.hidden_units, params.lstm_layers)
+    history = Trainer(model, params.global_learning_rate).fit(
+        crowd_samples, params.global_epochs, params.global_batch_size, rng, log, "global")
+    training = [{"phase": "global", "user": "", **h} for h in history]
+    global_weights = model.get_weights()
+    personal = Trainer(model, params.personal_learning_rate)
+
+    rows, pooled = [], {"len": [], "global": [], "personalized": []}
+    for n, (play, role) in enumerate(heldout, 1):
+        user = f"{play}/{role}"
+        train_sents, test_sents = split_history(users[(play, role)], [len(s) for s in users[(play, role)]],
+                                                params.personal_train_fraction)
+        train_s = build_samples(train_sents, vocab, params.context_words)
+        test_s = build_samples(test_sents, vocab, params.context_words)
+        personal.reset(global_weights)
+        before = evaluate(model, test_s, params.k)
+        t0 = time.perf_counter()
+        hist = personal.fit(train_s, params.personal_epochs, params.personal_batch_size, rng)
+        train_seconds = time.perf_counter() - t0
+        after = evaluate(model, test_s, params.k)
+        training += [{"phase": "personal", "user": user, **h} for h in hist]
+        pooled["len"].append(test_s.word_len)
+        pooled["global"].append(before["chars_needed"])
+        pooled["personalized"].append(after["chars_needed"])
+        rows.append({
+            "user": user, "play": play, "role": role,
+            "train_words": len(train_s), "test_words": len(test_s),
+            "test_oov_rate": float(np.mean(test_s.target == UNK_ID)),
+            "top_k_eff_global": before["top_k_eff"], "top_k_eff_personalized": after["top_k_eff"],
+            "perplexity_global": before["perplexity"], "perplexity_personalized": after["perplexity"],
+            "personal_train_seconds": train_seconds,
+        })
+        log(f"user {n}/{len(heldout)} {user}: top-{params.k}-eff {before['top_k_eff']:.3f} -> "
+            f"{after['top_k_eff']:.3f} ({len(train_s)} personal words, {train_seconds:.1f}s)")
+
+    per_user = pd.DataFrame(rows)
+    per_user["gain"] = per_user.top_k_eff_personalized / per_user.top_k_eff_global - 1
+    lengths = np.concatenate(pooled["len"])
+    summary = pd.DataFrame([
+        {"model": m, "top_k_eff_median": per_user[f"top_k_eff_{m}"].median(),
+         "top_k_eff_pooled": top_k_eff(lengths, np.concatenate(pooled[m])),
+         "perplexity_median": per_user[f"perplexity_{m}"].median(),
+         "users_improved": int((per_user.gain > 0).sum()) if m == "personalized" else None}
+        for m in ("global", "personalized")
+    ])
+    med = summary.set_index("model").top_k_eff_median
+    ours = {"top-k-eff, global model": med["global"], "top-k-eff, personalized": med["personalized"],
+            "relative gain": med["personalized"] / med["global"] - 1}
+    numbers, effects = report.paper_vs_ours(PAPER, ours)
+    return report.Result(
+        experiment=NAME, params=params.to_dict(),
+        tables={"users": per_user, "summary": summary, "training": pd.DataFrame(training),
+                "paper_vs_ours": numbers, "effects": effects},
+        data=[manifest.summary()], stand_in_data=manifest.stand_in_for,
+        wall_time_s=time.perf_counter() - start,
+        notes={"vocabulary_size": vocab.size, "crowd_words": int(sum(map(len, crowd))),
+               "crowd_samples": len(crowd_samples), "heldout_users": [f"{p}/{r}" for p, r in heldout]},
+    )
+
+
+def plot_users(result: report.Result):
+    """Each held-out user's top-k-eff before and after personalization, sorted by gain."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    users = result.tables["users"].sort_values("gain")
+    long = users.melt(id_vars=["user"], value_vars=["top_k_eff_global", "top_k_eff_personalized"],
+                      var_name="model", value_name="top-k-eff")
+    long["model"] = long.model.map({"top_k_eff_global": "global model", "top_k_eff_personalized": "personalized"})
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(users) + 1.5))
+    ax.hlines(users.user, users.top_k_eff_global, users.top_k_eff_personalized, color="0.75", zorder=1)
+    sns.scatterplot(data=long, x="top-k-eff", y="user", hue="model", palette=["#8c8c8c", "#d1495b"], s=60, ax=ax, zorder=2)
+    k = result.params["k"]
+    ax.set(xlabel=f"top-{k}-eff on the user's later lines", ylabel="",
+           title=f"Held-out users, before and after on-device personalization (top-{k})")
+    ax.legend(title="", loc="lower right")
+    sns.despine(fig)
+    return fig
+
+
+def plot_training(result: report.Result):
+    """Training loss per epoch: the global model on the crowd, and each user's personalization."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    training = result.tables["training"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    sns.lineplot(data=training[training.phase == "global"], x="epoch", y="loss", marker="o", ax=axes[0], color="#30638e")
+    axes[0].set(title="global model (crowd)", ylabel="masked cross-entropy")
+    sns.lineplot(data=training[training.phase == "personal"], x="epoch", y="loss", hue="user", marker="o",
+                 ax=axes[1], legend=False, palette="flare")
+    axes[1].set(title="personal models (one line per user)", ylabel="")
+    for ax in axes:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    sns.despine(fig)
+    fig.tight_layout()
+    return fig

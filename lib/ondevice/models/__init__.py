@@ -1,0 +1,1 @@
+"""Plain Keras model builders, one file per architecture."""

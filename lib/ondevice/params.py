@@ -1,0 +1,81 @@
+"""Experiment parameters: one preset per scale, every field overridable, checked before any work.
+
+An experiment declares a frozen dataclass deriving from `Params`, its `PRESETS` (scale -> field
+values) and a `check()` for impossible values. Notebooks build it with `from_notebook(globals())`
+so a papermill parameter with an unknown name stops the run instead of being silently ignored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, ClassVar
+
+SCALES = ("smoke", "default", "paper")
+# Names a notebook's parameters cell may define besides the Params fields.
+NOTEBOOK_NAMES = {"scale", "seed", "overrides", "out_dir"}
+_IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython", "open"}
+
+
+class ParameterError(ValueError):
+    """A parameter has an unknown name, a wrong type or an impossible value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    scale: str
+    seed: int
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def for_scale(cls, scale: str, seed: int = 0, **overrides) -> "Params":
+        if scale not in cls.PRESETS:
+            raise ParameterError(f"parameter 'scale' must be one of {sorted(cls.PRESETS)}, got {scale!r}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"scale", "seed"}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ParameterError(f"unknown parameter(s) {unknown} for {cls.__module__}; known: {sorted(names)}")
+        values = {**cls.PRESETS[scale], **overrides, "scale": scale, "seed": seed}
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            values[name] = _coerce(name, value, hints[name])
+        params = cls(**values)
+        params.check()
+        return params
+
+    @classmethod
+    def from_notebook(cls, namespace: dict) -> "Params":
+        """Build from a notebook's globals: scale, seed, overrides, plus any field set directly."""
+        direct = {}
+        for name, value in namespace.items():
+            if name.startswith("_") or name in _IPYTHON_NAMES or name in NOTEBOOK_NAMES:
+                continue
+            if isinstance(value, types.ModuleType) or callable(value):
+                continue
+            direct[name] = value
+        overrides = dict(namespace.get("overrides") or {})
+        both = sorted(set(direct) & set(overrides))
+        if both:
+            raise ParameterError(f"parameter(s) {both} given both directly and in 'overrides'")
+        return cls.for_scale(namespace.get("scale", "default"), namespace.get("seed", 0), **direct, **overrides)
+
+    def check(self) -> None:
+        """Raise ParameterError naming the parameter when a value is impossible."""
+
+    def require(self, condition: bool, name: str, message: str) -> None:
+        if not condition:
+            raise ParameterError(f"parameter '{name}' {message}, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if type(value) is not hint:
+            raise ParameterError(f"parameter '{name}' must be {hint.__name__}, got {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"unsupported parameter type {hint} for '{name}'")
