@@ -25,7 +25,8 @@ def _position_scores(logits, labels, k):
     excluded = tf.reduce_any(excluded, axis=0)
     shown = tf.where(excluded, tf.constant(-np.inf, logits.dtype), logits)
     label_logit = tf.gather(logits, labels, batch_dims=2)
-    rank = tf.reduce_sum(tf.cast(shown > label_logit[..., None], tf.int32), axis=-1)
+    # words scoring at least as high as the label, the label itself excluded: ties count against it
+    rank = tf.reduce_sum(tf.cast(shown >= label_logit[..., None], tf.int32), axis=-1) - 1
     hit = (rank < k) & tf.not_equal(labels, UNK_ID)
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     return hit, ce

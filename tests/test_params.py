@@ -1,0 +1,44 @@
+import pytest
+
+from ondevice.experiments import deeptype_top3eff as exp
+from ondevice.params import ParameterError
+
+
+def test_presets_exist_for_every_scale_and_validate():
+    for scale in ("smoke", "default", "paper"):
+        p = exp.Params.for_scale(scale)
+        assert p.scale == scale and p.k == 3
+    assert exp.Params.for_scale("paper").vocab_size == 20000  # the paper's vocabulary
+
+
+@pytest.mark.parametrize("kwargs,names", [
+    (dict(vocab_sise=10), "vocab_sise"),
+    (dict(k=0), "'k'"),
+    (dict(heldout_users=0), "'heldout_users'"),
+    (dict(personal_train_fraction=1.0), "'personal_train_fraction'"),
+    (dict(k="3"), "'k' must be int"),
+    (dict(global_learning_rate=-1), "'global_learning_rate'"),
+])
+def test_bad_parameters_name_the_parameter(kwargs, names):
+    with pytest.raises(ParameterError, match=names):
+        exp.Params.for_scale("smoke", **kwargs)
+
+
+def test_unknown_scale():
+    with pytest.raises(ParameterError, match="'scale'"):
+        exp.Params.for_scale("huge")
+
+
+def test_int_is_accepted_for_float_fields():
+    assert exp.Params.for_scale("smoke", global_learning_rate=1).global_learning_rate == 1.0
+
+
+def test_from_notebook_takes_direct_fields_and_overrides_and_rejects_unknown_names():
+    ns = {"scale": "smoke", "seed": 3, "k": 5, "overrides": {"vocab_size": 900}, "out_dir": "", "exp": exp,
+          "In": [], "_i1": ""}
+    p = exp.Params.from_notebook(ns)
+    assert (p.seed, p.k, p.vocab_size) == (3, 5, 900)
+    with pytest.raises(ParameterError, match="hidden_unitz"):
+        exp.Params.from_notebook({**ns, "hidden_unitz": 4})
+    with pytest.raises(ParameterError, match="both directly"):
+        exp.Params.from_notebook({**ns, "vocab_size": 800})
