@@ -125,13 +125,16 @@ class Result:
     wall_time_s: float
     figures: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
+    models: dict[str, bytes] = field(default_factory=dict)  # exported files, e.g. trainable .tflite
 
     def add_figure(self, name: str, figure) -> None:
         self.figures[name] = figure
 
     def save(self, out_dir: str | Path) -> Path:
-        """Write tables (CSV), figures (PNG+SVG) and run.json, run.json last: it marks completeness."""
+        """Write tables (CSV), figures (PNG+SVG), models and run.json, run.json last: it marks completeness."""
         out = Path(out_dir)
+        for name, blob in self.models.items():
+            atomic_write(out / "models" / name, lambda p, b=blob: p.write_bytes(b))
         for name, table in self.tables.items():
             atomic_write(out / "tables" / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
         for name, fig in self.figures.items():
@@ -150,6 +153,7 @@ class Result:
             "environment": environment(),
             "tables": sorted(self.tables),
             "figures": sorted(self.figures),
+            "models": {name: len(blob) for name, blob in self.models.items()},
             "notes": self.notes,
         }
         atomic_write(out / "run.json", lambda p: p.write_text(json.dumps(run, indent=2, default=str)))

@@ -14,9 +14,10 @@ import pandas as pd
 
 from .. import report
 from ..data import manifests, shakespeare
-from ..data.typing_samples import UNK_ID, Vocabulary, build_samples, sentences
+from ..data.typing_samples import UNK_ID, Samples, Vocabulary, batch_indices, build_samples, sentences
 from ..data.users import choose_heldout, split_history
 from ..metrics import evaluate, top_k_eff
+from .. import tflite
 from ..models import lstm_lm
 from ..params import Params as BaseParams
 from ..train import Trainer, seed_everything
@@ -53,6 +54,7 @@ class Params(BaseParams):
     personal_epochs: int = 5
     personal_batch_size: int = 16
     personal_learning_rate: float = 0.0005
+    tflite_check_steps: int = 5      # personal steps run both in TF and in the exported TFLite model
 
     PRESETS = {
         "smoke": dict(vocab_size=800, embedding_dim=32, hidden_units=48, context_words=4,
@@ -73,6 +75,7 @@ class Params(BaseParams):
         self.require(self.context_words >= 0, "context_words", "must be >= 0")
         self.require(self.crowd_max_words >= 0, "crowd_max_words", "must be >= 0 (0 = all)")
         self.require(self.personal_epochs >= 0, "personal_epochs", "must be >= 0")
+        self.require(self.tflite_check_steps >= 0, "tflite_check_steps", "must be >= 0 (0 = skip)")
         self.require(0 < self.personal_train_fraction < 1, "personal_train_fraction", "must be in (0, 1)")
         for name in ("global_learning_rate", "personal_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
@@ -100,6 +103,19 @@ def _crowd(users: dict, heldout: list, max_words: int, rng: np.random.Generator)
     return sents
 
 
+def _on_device_check(model, samples: Samples, params: Params, rng, log) -> tuple[pd.DataFrame, bytes]:
+    """Export the model as a trainable TFLite file and run the first personal steps both in
+    TensorFlow and through the TFLite interpreter (Flex delegate) from the same weights."""
+    batches = [samples.padded(i) for i in batch_indices(samples, params.personal_batch_size, rng)]
+    check = tflite.compare_training(model, params.personal_learning_rate, batches[: params.tflite_check_steps])
+    table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1),
+                          "loss_tensorflow": check["tensorflow"], "loss_tflite": check["tflite"]})
+    table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
+    log(f"on-device check: {len(table)} personal steps through the TFLite interpreter, "
+        f"max |loss difference| {table.abs_difference.max():.2e}")
+    return table, check["flatbuffer"]
+
+
 def run(params: Params, speeches=None, log=print) -> report.Result:
     """Train the global model on the crowd, personalise it per held-out user, measure both."""
     start = time.perf_counter()
@@ -124,7 +140,7 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
     global_weights = model.get_weights()
     personal = Trainer(model, params.personal_learning_rate)
 
-    rows, pooled = [], {"len": [], "global": [], "personalized": []}
+    rows, pooled, tables, models = [], {"len": [], "global": [], "personalized": []}, {}, {}
     for n, (play, role) in enumerate(heldout, 1):
         user = f"{play}/{role}"
         train_sents, test_sents = split_history(users[(play, role)], [len(s) for s in users[(play, role)]],
@@ -132,6 +148,9 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
         train_s = build_samples(train_sents, vocab, params.context_words)
         test_s = build_samples(test_sents, vocab, params.context_words)
         personal.reset(global_weights)
+        if n == 1 and params.tflite_check_steps:  # leaves the model's weights as they are
+            tables["on_device"], models["deeptype_lstm_trainable.tflite"] = _on_device_check(
+                model, train_s, params, rng, log)
         before = evaluate(model, test_s, params.k)
         t0 = time.perf_counter()
         hist = personal.fit(train_s, params.personal_epochs, params.personal_batch_size, rng)
@@ -169,7 +188,8 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
     return report.Result(
         experiment=NAME, params=params.to_dict(),
         tables={"users": per_user, "summary": summary, "training": pd.DataFrame(training),
-                "paper_vs_ours": numbers, "effects": effects},
+                "paper_vs_ours": numbers, "effects": effects, **tables},
+        models=models,
         data=[manifest.summary()], stand_in_data=manifest.stand_in_for,
         wall_time_s=time.perf_counter() - start,
         notes={"vocabulary_size": vocab.size, "crowd_words": int(sum(map(len, crowd))),
