@@ -1,6 +1,6 @@
 # The user interface of the suite. `make help` lists the targets.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 SCALE ?= default

@@ -42,3 +42,9 @@ def test_from_notebook_takes_direct_fields_and_overrides_and_rejects_unknown_nam
         exp.Params.from_notebook({**ns, "hidden_unitz": 4})
     with pytest.raises(ParameterError, match="both directly"):
         exp.Params.from_notebook({**ns, "vocab_size": 800})
+
+
+def test_impossible_user_selection_is_a_parameter_error(speeches):
+    p = exp.Params.for_scale("smoke", heldout_users=500, heldout_min_words=3000)
+    with pytest.raises(ParameterError, match="heldout_users"):
+        exp.run(p, speeches=speeches, log=lambda _: None)

@@ -1,7 +1,7 @@
 """Trainable TFLite export: the on-device API is four signatures, `train`, `infer`, `save`, `restore`.
 
-The personal model is wrapped in a tf.Module whose train step is the same masked cross-entropy
-and Adam update as `train.Trainer`; LSTM gradients and checkpoints need Select TF ops, so the
+The personal model is wrapped in a tf.Module whose train signature is `train.train_step`, the
+step `train.Trainer` runs in the cloud; LSTM gradients and checkpoints need Select TF ops, so the
 file runs with the Flex delegate (linked into TensorFlow 2.19's Python interpreter, and into an
 Android app through tensorflow-lite-select-tf-ops).
 """
@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from .metrics import masked_cross_entropy
+from .train import train_step
 
 _TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
 _LABELS = tf.TensorSpec([None, None], tf.int32, name="labels")
@@ -33,12 +33,7 @@ class TrainableModel(tf.Module):
 
     @tf.function(input_signature=[_TOKENS, _LABELS])
     def train(self, tokens, labels):
-        with tf.GradientTape() as tape:
-            total, count = masked_cross_entropy(labels, self.model(tokens, training=True))
-            loss = total / count
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return {"loss": loss}
+        return {"loss": train_step(self.model, self.optimizer, tokens, labels)}
 
     @tf.function(input_signature=[_TOKENS])
     def infer(self, tokens):

@@ -19,6 +19,16 @@ def seed_everything(seed: int) -> None:
     tf.config.experimental.enable_op_determinism()
 
 
+def train_step(model: keras.Model, optimizer, tokens, labels):
+    """Masked cross-entropy and one optimizer update: the same step in the cloud loop and on device."""
+    with tf.GradientTape() as tape:
+        total, count = masked_cross_entropy(labels, model(tokens, training=True))
+        loss = total / count
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
 class Trainer:
     """A model, its optimizer and one compiled train step; `reset` reuses them for the next user."""
 
@@ -26,15 +36,7 @@ class Trainer:
         self.model = model
         self.optimizer = keras.optimizers.Adam(learning_rate)
         self.optimizer.build(model.trainable_variables)
-        self._step = tf.function(self._train_step, input_signature=_BATCH)
-
-    def _train_step(self, x, y):
-        with tf.GradientTape() as tape:
-            total, count = masked_cross_entropy(y, self.model(x, training=True))
-            loss = total / count
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss
+        self._step = tf.function(lambda x, y: train_step(model, self.optimizer, x, y), input_signature=_BATCH)
 
     def reset(self, weights: list[np.ndarray]) -> None:
         """Start again from given weights with a fresh optimizer state (incremental training)."""

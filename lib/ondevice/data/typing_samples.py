@@ -82,14 +82,6 @@ class Samples:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def subset(self, idx: np.ndarray) -> "Samples":
-        idx = np.asarray(idx, dtype=np.int64)
-        parts = [np.arange(self.offsets[j], self.offsets[j + 1]) for j in idx]
-        flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        lengths = self.lengths[idx]
-        return Samples(self.inputs[flat], self.labels[flat], np.concatenate([[0], np.cumsum(lengths)]),
-                       self.n_context[idx], self.word_len[idx], self.target[idx])
-
     def padded(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Inputs and labels of the chosen samples, right-padded with 0 to the longest of them.
 

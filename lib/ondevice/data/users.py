@@ -2,18 +2,7 @@
 and how a held-out user's own history divides into personal training data and test data."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
-
-
-def group_by_user(records, user_of, words_of) -> dict:
-    """user -> list of that user's records, in their original order."""
-    users = defaultdict(list)
-    for r in records:
-        if words_of(r):
-            users[user_of(r)].append(r)
-    return dict(users)
 
 
 def choose_heldout(sizes: dict, n: int, min_size: int, rng: np.random.Generator) -> list:

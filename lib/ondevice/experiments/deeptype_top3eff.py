@@ -19,6 +19,7 @@ from ..data.users import choose_heldout, split_history
 from ..metrics import evaluate, top_k_eff
 from .. import tflite
 from ..models import lstm_lm
+from ..params import ParameterError
 from ..params import Params as BaseParams
 from ..train import Trainer, seed_everything
 
@@ -125,8 +126,11 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
     speeches = speeches if speeches is not None else shakespeare.load_speeches()
 
     users = _users(speeches)
-    heldout = choose_heldout({u: sum(map(len, s)) for u, s in users.items()},
-                             params.heldout_users, params.heldout_min_words, rng)
+    try:
+        heldout = choose_heldout({u: sum(map(len, s)) for u, s in users.items()},
+                                 params.heldout_users, params.heldout_min_words, rng)
+    except ValueError as exc:
+        raise ParameterError(f"parameters 'heldout_users' and 'heldout_min_words' ask too much: {exc}") from exc
     crowd = _crowd(users, heldout, params.crowd_max_words, rng)
     vocab = Vocabulary.from_sentences(crowd, params.vocab_size)
     crowd_samples = build_samples(crowd, vocab, params.context_words)
