@@ -12,15 +12,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import report
+from .. import report, tflite
 from ..data import manifests, shakespeare
 from ..data.typing_samples import UNK_ID, Samples, Vocabulary, batch_indices, build_samples, sentences
 from ..data.users import choose_heldout, split_history
 from ..metrics import evaluate, top_k_eff
-from .. import tflite
 from ..models import lstm_lm
-from ..params import ParameterError
-from ..params import Params as BaseParams
+from ..params import ParameterError, Params as BaseParams
 from ..train import Trainer, seed_everything
 
 NAME = "deeptype_top3eff"
@@ -95,7 +93,7 @@ def _users(speeches) -> dict[tuple[str, str], list[list[str]]]:
 
 
 def _crowd(users: dict, heldout: list, max_words: int, rng: np.random.Generator) -> list[list[str]]:
-    """Sentences of every role not held out; a random subset of roles' sentences up to max_words."""
+    """Sentences of every role not held out; with max_words, a random subset of them up to that many words."""
     sents = [s for u, ss in users.items() if u not in set(heldout) for s in ss]
     if max_words:
         order, total, chosen = rng.permutation(len(sents)), 0, []
