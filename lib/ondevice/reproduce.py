@@ -103,6 +103,7 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
     try:
         papermill.execute_notebook(
             str(notebook), str(executed), kernel_name=KERNEL, cwd=str(NOTEBOOKS), progress_bar=True,
+            stdout_file=sys.stdout,  # the notebook's progress lines (epochs, users) as they happen
             parameters={"scale": scale, "out_dir": str(staging), **params},
         )
         _html(executed)
