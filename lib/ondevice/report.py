@@ -107,6 +107,7 @@ def atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be read and published
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -218,25 +218,46 @@ def plot_users(result: report.Result):
     k = result.params["k"]
     ax.set(xlabel=f"top-{k}-eff on the user's later lines", ylabel="",
            title=f"Held-out users, before and after on-device personalization (top-{k})")
-    ax.legend(title="", loc="lower right")
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     sns.despine(fig)
     return fig
 
 
 def plot_training(result: report.Result):
-    """Training loss per epoch: the global model on the crowd, and each user's personalization."""
+    """Training loss per epoch of the global model, and of each personal model when it trains
+    for more than one epoch."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    from matplotlib.ticker import MaxNLocator
+
+    training = result.tables["training"]
+    personal = training[training.phase == "personal"]
+    multi_epoch = personal.epoch.max() > 1 if len(personal) else False
+    fig, axes = plt.subplots(1, 2 if multi_epoch else 1, figsize=(10 if multi_epoch else 5, 3.5), squeeze=False)
+    sns.lineplot(data=training[training.phase == "global"], x="epoch", y="loss", marker="o", ax=axes[0, 0], color="#30638e")
+    axes[0, 0].set(title="global model on the crowd", ylabel="masked cross-entropy")
+    if multi_epoch:
+        sns.lineplot(data=personal, x="epoch", y="loss", hue="user", marker="o", ax=axes[0, 1], legend=False, palette="flare")
+        axes[0, 1].set(title="personal models (one line per user)", ylabel="")
+    for ax in axes.flat:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    sns.despine(fig)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gain_vs_data(result: report.Result):
+    """Relative top-k-eff change per user against the amount of personal training text."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    training = result.tables["training"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    sns.lineplot(data=training[training.phase == "global"], x="epoch", y="loss", marker="o", ax=axes[0], color="#30638e")
-    axes[0].set(title="global model (crowd)", ylabel="masked cross-entropy")
-    sns.lineplot(data=training[training.phase == "personal"], x="epoch", y="loss", hue="user", marker="o",
-                 ax=axes[1], legend=False, palette="flare")
-    axes[1].set(title="personal models (one line per user)", ylabel="")
-    for ax in axes:
-        ax.xaxis.get_major_locator().set_params(integer=True)
+    users = result.tables["users"].assign(gain_pct=lambda d: 100 * d.gain)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.axhline(0, color="0.6", lw=1, ls="--")
+    sns.scatterplot(data=users, x="train_words", y="gain_pct", s=60, color="#d1495b", ax=ax)
+    for row in users.itertuples():
+        ax.annotate(row.role.title(), (row.train_words, row.gain_pct), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.set(xlabel="personal training words", ylabel=f"top-{result.params['k']}-eff change (%)",
+           title="Gain from personalization vs personal data")
     sns.despine(fig)
-    fig.tight_layout()
     return fig
