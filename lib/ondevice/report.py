@@ -55,7 +55,9 @@ def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> tuple[pd.DataFrame, p
     paper_values = {n.quantity: n.value for n in paper.numbers}
     effects = pd.DataFrame([
         {"effect": e.claim, "holds in paper": paper_values[e.better] > paper_values[e.worse],
-         "holds in ours": ours[e.better] > ours[e.worse]}
+         "holds in ours": ours[e.better] > ours[e.worse],
+         "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
+         "our change": ours[e.better] / ours[e.worse] - 1}
         for e in paper.effects
     ])
     return numbers, effects
@@ -167,7 +169,8 @@ def verdict(result: Result) -> str:
     for _, row in result.tables["effects"].iterrows():
         ours, paper = bool(row["holds in ours"]), bool(row["holds in paper"])
         lines.append(f"- **{row['effect']}**: {'holds' if ours else 'does not hold'} in our measurement "
-                     f"({'as in' if ours == paper else 'unlike'} the paper).")
+                     f"({'as in' if ours == paper else 'unlike'} the paper), with a change of "
+                     f"{row['our change']:+.1%} against the paper's {row['paper change']:+.1%}.")
     if result.stand_in_data:
         lines.append(f"- Our data is **stand-in data** for {result.stand_in_data.strip()} "
                      "Absolute numbers are not comparable with the paper's; the direction of each effect is.")
