@@ -63,13 +63,17 @@ def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> tuple[pd.DataFrame, p
     return numbers, effects
 
 
+CODE_PATHS = ("lib", "notebooks", "data_manifests", "requirements.lock", "pyproject.toml")
+
+
 def git_state() -> dict:
+    """The commit, and whether the code that makes results (CODE_PATHS) differs from it."""
     def git(*args):
         out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
         return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--", *CODE_PATHS)
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
