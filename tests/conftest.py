@@ -15,3 +15,14 @@ def speeches():
     from ondevice.data.shakespeare import load_speeches
 
     return load_speeches()
+
+
+@pytest.fixture(scope="session")
+def smoke_data():
+    """Every smoke-scale data set in the cache before notebooks run, so no run prints a download
+    that its re-run would not (the determinism test diffs the outputs)."""
+    from ondevice.data import manifests
+
+    for m in manifests.all_manifests():
+        if "smoke" in m.scales:
+            manifests.fetch(m)

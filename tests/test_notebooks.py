@@ -34,7 +34,7 @@ SANITY = {"deeptype_top3eff": deeptype_sanity}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
-def smoke_run(request, tmp_path_factory):
+def smoke_run(request, tmp_path_factory, smoke_data):
     results = tmp_path_factory.mktemp("results")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reproduce, "RESULTS", results)
