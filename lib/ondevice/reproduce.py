@@ -20,17 +20,22 @@ from pathlib import Path
 
 from . import REPO_ROOT
 from .params import SCALES
-from .report import atomic_write, git_state
+from .report import CODE_PATHS, atomic_write, git_state
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 RESULTS = REPO_ROOT / "results"
 KERNEL = "ondevice"
+CODE_SUFFIXES = {".py", ".yaml"}
 
 
 def fingerprint(notebook: Path) -> str:
-    """Hash of everything a result depends on: the notebook, the library, manifests and the lock."""
-    files = [notebook, REPO_ROOT / "requirements.lock", *sorted((REPO_ROOT / "lib").rglob("*.py")),
-             *sorted((REPO_ROOT / "data_manifests").glob("*.yaml"))]
+    """Hash of everything a result depends on: the notebook and the code of report.CODE_PATHS."""
+    files = [notebook]
+    for name in CODE_PATHS:
+        path = REPO_ROOT / name
+        if path == NOTEBOOKS:
+            continue  # other notebooks do not change this one's results
+        files += sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES) if path.is_dir() else [path]
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f.relative_to(REPO_ROOT)).encode())
@@ -55,11 +60,11 @@ def _remove_stale_staging(scale_dir: Path) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0 only checks; PermissionError means it exists under another user
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

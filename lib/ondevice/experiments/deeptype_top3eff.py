@@ -94,7 +94,8 @@ def _users(speeches) -> dict[tuple[str, str], list[list[str]]]:
 
 def _crowd(users: dict, heldout: list, max_words: int, rng: np.random.Generator) -> list[list[str]]:
     """Sentences of every role not held out; with max_words, a random subset of them up to that many words."""
-    sents = [s for u, ss in users.items() if u not in set(heldout) for s in ss]
+    excluded = set(heldout)
+    sents = [s for u, ss in users.items() if u not in excluded for s in ss]
     if max_words:
         order, total, chosen = rng.permutation(len(sents)), 0, []
         for i in order:
