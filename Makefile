@@ -33,7 +33,7 @@ data: setup ## fetch and verify the data sets that SCALE needs
 	$(PY) -m ondevice.data --scale $(SCALE)
 
 reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/
-	$(PY) -m ondevice.reproduce --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+	$(PY) -m ondevice.results.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
 
 test: setup ## unit tests and a papermill run of every notebook at smoke scale
 	$(PY) -m pytest -q

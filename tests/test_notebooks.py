@@ -12,7 +12,8 @@ import pytest
 from pytest_notebook.nb_regression import NBRegressionFixture
 from pytest_notebook.post_processors import coalesce_streams
 
-from ondevice import REPO_ROOT, reproduce
+from ondevice import REPO_ROOT
+from ondevice.results import runner as reproduce
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 TIMING = re.compile(r"second|time", re.I)

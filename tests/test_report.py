@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from ondevice import report
+from ondevice.results import claims as report, record
 
 PAPER = report.Paper("someone 2018", (report.PaperNumber("before", 0.5, "T1"), report.PaperNumber("after", 0.6, "T1")),
                      (report.Effect("training helps", "after", "before"),))
@@ -20,14 +20,14 @@ def test_paper_numbers_stand_beside_ours_and_effects_are_checked_not_assumed():
 
 def test_verdict_says_whether_the_effect_holds_by_how_much_and_names_stand_in_data():
     numbers, effects = report.paper_vs_ours(PAPER, {"before": 0.40, "after": 0.38})
-    result = report.Result("x", {}, {"paper_vs_ours": numbers, "effects": effects}, [], "private logs.", 0.0)
+    result = record.Result("x", {}, {"paper_vs_ours": numbers, "effects": effects}, [], "private logs.", 0.0)
     text = report.verdict(result)
     assert "does not hold" in text and "unlike the paper" in text and "-5.0%" in text and "+20.0%" in text
     assert "stand-in data" in text and "private logs." in text
 
 
 def test_save_writes_everything_and_leaves_no_temporary_files(tmp_path):
-    result = report.Result("x", {"scale": "smoke", "seed": 0}, {"t": pd.DataFrame({"a": [1]})}, [], None, 1.0,
+    result = record.Result("x", {"scale": "smoke", "seed": 0}, {"t": pd.DataFrame({"a": [1]})}, [], None, 1.0,
                            models={"m.tflite": b"\x00\x01"})
     out = result.save(tmp_path / "out")
     assert (out / "tables" / "t.csv").read_text().strip() == "a\n1"
@@ -45,5 +45,5 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        report.atomic_write(target, fail)
+        record.atomic_write(target, fail)
     assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]

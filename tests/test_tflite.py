@@ -3,10 +3,10 @@ TensorFlow, and its save/restore signatures round-trip the weights."""
 import numpy as np
 import pytest
 
-from ondevice import tflite
+from ondevice.device import tflite
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.train import seed_everything
+from ondevice.training.trainer import seed_everything
 
 
 @pytest.fixture(scope="module")

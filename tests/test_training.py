@@ -3,7 +3,7 @@ import numpy as np
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.metrics import evaluate
 from ondevice.models import lstm_lm
-from ondevice.train import Trainer, seed_everything
+from ondevice.training.trainer import Trainer, seed_everything
 
 TEXT = "To be, or not to be, that is the question. " * 20 + "Whether 'tis nobler in the mind to suffer. " * 20
 

@@ -12,26 +12,27 @@ import time
 import numpy as np
 import pandas as pd
 
-from .. import report, tflite
+from ..device import tflite
+from ..results import claims, record
 from ..data import manifests, shakespeare
 from ..data.typing_samples import UNK_ID, Samples, Vocabulary, batch_indices, build_samples, sentences
-from ..data.users import choose_heldout, split_history
+from ..data.splits import choose_heldout, split_history
 from ..metrics import evaluate, top_k_eff
 from ..models import lstm_lm
 from ..params import ParameterError, Params as BaseParams
-from ..train import Trainer, seed_everything
+from ..training.trainer import Trainer, seed_everything
 
 NAME = "deeptype_top3eff"
 DATASET = "shakespeare"
 
-PAPER = report.Paper(
+PAPER = claims.Paper(
     citation="Xu et al., DeepType, IMWUT 2018, Table 1 (Twitter-pretrained global model, medians over users)",
     numbers=(
-        report.PaperNumber("top-k-eff, global model", 0.513, "Table 1, Twitter, no personalization"),
-        report.PaperNumber("top-k-eff, personalized", 0.616, "Table 1, Twitter, DeepType"),
-        report.PaperNumber("relative gain", 0.201, "Sec. 6.1: +20.1%"),
+        claims.PaperNumber("top-k-eff, global model", 0.513, "Table 1, Twitter, no personalization"),
+        claims.PaperNumber("top-k-eff, personalized", 0.616, "Table 1, Twitter, DeepType"),
+        claims.PaperNumber("relative gain", 0.201, "Sec. 6.1: +20.1%"),
     ),
-    effects=(report.Effect("personalization raises top-k-eff", "top-k-eff, personalized", "top-k-eff, global model"),),
+    effects=(claims.Effect("personalization raises top-k-eff", "top-k-eff, personalized", "top-k-eff, global model"),),
 )
 
 
@@ -120,7 +121,7 @@ def _on_device_check(model, samples: Samples, params: Params, rng, log) -> tuple
     return table, check["flatbuffer"]
 
 
-def run(params: Params, speeches=None, log=print) -> report.Result:
+def run(params: Params, speeches=None, log=print) -> record.Result:
     """Train the global model on the crowd, personalise it per held-out user, measure both."""
     start = time.perf_counter()
     seed_everything(params.seed)
@@ -191,8 +192,8 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
     med = summary.set_index("model").top_k_eff_median
     ours = {"top-k-eff, global model": med["global"], "top-k-eff, personalized": med["personalized"],
             "relative gain": med["personalized"] / med["global"] - 1}
-    numbers, effects = report.paper_vs_ours(PAPER, ours)
-    return report.Result(
+    numbers, effects = claims.paper_vs_ours(PAPER, ours)
+    return record.Result(
         experiment=NAME, params=params.to_dict(),
         tables={"users": per_user, "summary": summary, "training": pd.DataFrame(training),
                 "paper_vs_ours": numbers, "effects": effects, **tables},
@@ -204,7 +205,7 @@ def run(params: Params, speeches=None, log=print) -> report.Result:
     )
 
 
-def plot_users(result: report.Result):
+def plot_users(result: record.Result):
     """Each held-out user's top-k-eff before and after personalization, sorted by gain."""
     import matplotlib.pyplot as plt
     import seaborn as sns
@@ -224,7 +225,7 @@ def plot_users(result: report.Result):
     return fig
 
 
-def plot_training(result: report.Result):
+def plot_training(result: record.Result):
     """Training loss per epoch of the global model, and of each personal model when it trains
     for more than one epoch."""
     import matplotlib.pyplot as plt
@@ -247,7 +248,7 @@ def plot_training(result: report.Result):
     return fig
 
 
-def plot_gain_vs_data(result: report.Result):
+def plot_gain_vs_data(result: record.Result):
     """Relative top-k-eff change per user against the amount of personal training text."""
     import matplotlib.pyplot as plt
     import seaborn as sns

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ondevice.data.users import choose_heldout, split_history
+from ondevice.data.splits import choose_heldout, split_history
 
 
 def test_split_history_keeps_order_and_fraction():

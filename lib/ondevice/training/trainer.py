@@ -7,8 +7,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from .data.typing_samples import Samples, batch_indices
-from .metrics import masked_cross_entropy
+from ..data.typing_samples import Samples, batch_indices
+from ..metrics import masked_cross_entropy
 
 _BATCH = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)]
 

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from .train import train_step
+from ..training.trainer import train_step
 
 _TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
 _LABELS = tf.TensorSpec([None, None], tf.int32, name="labels")

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import REPO_ROOT
-from .params import SCALES
-from .report import CODE_PATHS, atomic_write, git_state
+from .. import REPO_ROOT
+from ..params import SCALES
+from .provenance import CODE_PATHS, git_state
+from .record import atomic_write
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 RESULTS = REPO_ROOT / "results"
