@@ -71,14 +71,37 @@ def test_checksum_mismatch_names_manifest_artifact_and_path_and_leaves_nothing(t
     assert not any(p.is_file() for p in (cache / "toy").rglob("*"))
 
 
-def test_corrupt_cache_entry_is_an_error_not_a_silent_refetch(tmp_path, dirs):
+def test_corrupt_cache_entry_is_an_error_that_says_how_to_recover_and_refetch_repairs_it(tmp_path, dirs):
     cache, mirror = dirs
     data = make_tar(mirror / "toy" / "toy.tar.gz", {"toy/a.txt": b"hello"})
     m = manifests.load(write_manifest(tmp_path, data))
     manifests.fetch(m)
-    (cache / "toy" / "toy.tar.gz").write_bytes(data[:-1] + b"x")
-    with pytest.raises(DataError, match="expected"):
+    cached = cache / "toy" / "toy.tar.gz"
+    cached.write_bytes(data[:-1] + b"x")
+    stale = cache / "toy" / "toy.tar.gz.d" / "toy" / "stale.txt"
+    stale.write_text("left from an old extraction")
+    with pytest.raises(DataError, match="expected") as err:
         manifests.fetch(m)
+    assert f"delete {cached}" in str(err.value) and "make data REFETCH=1" in str(err.value)
+    assert cached.read_bytes() != data  # not silently repaired
+    root = manifests.fetch(m, refetch=True)
+    assert cached.read_bytes() == data and not stale.exists()
+    assert (root / "toy.tar.gz.d" / "toy" / "a.txt").read_bytes() == b"hello"
+
+
+def test_command_line_refetch_repairs_a_corrupt_cache(tmp_path, dirs, monkeypatch, capsys):
+    from ondevice.data import __main__ as cli
+
+    cache, mirror = dirs
+    data = make_tar(mirror / "toy" / "toy.tar.gz", {"toy/a.txt": b"hello"})
+    m = manifests.load(write_manifest(tmp_path, data))
+    monkeypatch.setattr(manifests, "all_manifests", lambda: [m])
+    assert cli.main(["--scale", "smoke"]) == 0
+    (cache / "toy" / "toy.tar.gz").write_bytes(b"x" * len(data))
+    assert cli.main(["--scale", "smoke"]) == 1
+    assert "REFETCH=1" in capsys.readouterr().err
+    assert cli.main(["--scale", "smoke", "--refetch"]) == 0
+    assert (cache / "toy" / "toy.tar.gz").read_bytes() == data
 
 
 def test_missing_everywhere_lists_what_was_tried(tmp_path, dirs):
@@ -87,16 +110,24 @@ def test_missing_everywhere_lists_what_was_tried(tmp_path, dirs):
         manifests.fetch(m)
 
 
-@pytest.mark.parametrize("members,symlink", [({"../evil.txt": b"x"}, None), ({"/abs.txt": b"x"}, None),
-                                             ({"toy/a.txt": b"x"}, "/etc/passwd")])
-def test_unsafe_archives_are_rejected(tmp_path, dirs, members, symlink):
+@pytest.mark.parametrize("name,symlink", [("../evil.txt", None), ("../../../evil.txt", None),
+                                          ("{tmp_path}/outside/abs.txt", None), ("toy/a.txt", "/etc/passwd")])
+def test_unsafe_archives_are_rejected_and_nothing_lands_anywhere(tmp_path, dirs, name, symlink):
+    # Extraction happens in a temporary dir under cache/toy/, so "../evil.txt" would land in
+    # cache/toy/ and "../../../evil.txt" in tmp_path; the absolute member points into tmp_path
+    # too, so that every place an unsafe member could land is searched below.
     cache, mirror = dirs
-    data = make_tar(mirror / "toy" / "toy.tar.gz", members, symlink)
+    name = name.format(tmp_path=tmp_path)
+    data = make_tar(mirror / "toy" / "toy.tar.gz", {name: b"x"}, symlink)
     m = manifests.load(write_manifest(tmp_path, data))
     with pytest.raises(DataError, match="archive"):
         manifests.fetch(m)
-    assert not (tmp_path / "evil.txt").exists()
+    landed = [p for p in tmp_path.rglob("*") if p.name in ("evil.txt", "abs.txt", "link")]
+    assert not landed
+    assert not (cache / "toy" / "evil.txt").exists() and not (cache / "evil.txt").exists()
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "outside").exists()
     assert not (cache / "toy" / "toy.tar.gz.d").exists()
+    assert not [p for p in (cache / "toy").iterdir() if p.name.startswith(".")]  # no temporary dirs left
 
 
 @pytest.mark.parametrize("change,message", [

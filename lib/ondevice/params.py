@@ -72,6 +72,11 @@ class Params:
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:
+    if typing.get_origin(hint) is tuple:  # tuple[float, ...]: a grid of values, e.g. learning rates
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, (list, tuple)):
+            raise ParameterError(f"parameter '{name}' must be a list of {item.__name__}, got {value!r}")
+        return tuple(_coerce(name, v, item) for v in value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float, str, bool):

@@ -159,11 +159,22 @@ def _download(source: dict, artifact: Artifact, dest: Path) -> None:
             shutil.move(got, dest)
 
 
-def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True) -> Path:
-    """Return the verified artifact in the cache, fetching it if needed."""
+def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True, refetch: bool = False) -> Path:
+    """Return the verified artifact in the cache, fetching it if needed.
+
+    A corrupt cache entry is an error, not a silent refetch (it may be a bad disk or a changed
+    manifest); `refetch` deletes the cached copy and its extraction first, to repair it on purpose.
+    """
     target = cache_dir() / manifest.name / artifact.file
+    if refetch:
+        target.unlink(missing_ok=True)
+        shutil.rmtree(_extract_dir(target), ignore_errors=True)
     if target.is_file():
-        _verify(manifest, artifact, target)  # a corrupt cache entry is an error, not a silent refetch
+        try:
+            _verify(manifest, artifact, target)
+        except DataError as exc:
+            raise DataError(f"{exc}. The cached copy is corrupt: delete {target} or run "
+                            "`make data REFETCH=1` (with your SCALE) to fetch it again") from exc
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
@@ -197,9 +208,13 @@ def _safe_members(archive: tarfile.TarFile, archive_path: Path):
         yield member
 
 
+def _extract_dir(archive: Path) -> Path:
+    return archive.parent / f"{archive.name}.d"
+
+
 def extract(manifest: Manifest, artifact: Artifact, archive: Path) -> Path:
     """Extract once into cache/<name>/<file>.d; a marker file says the extraction finished."""
-    out = archive.parent / f"{artifact.file}.d"
+    out = _extract_dir(archive)
     marker = out / ".complete"
     if marker.is_file() and marker.read_text() == artifact.sha256:
         return out
@@ -217,13 +232,16 @@ def extract(manifest: Manifest, artifact: Artifact, archive: Path) -> Path:
     return out
 
 
-def fetch(manifest: Manifest | str, verbose: bool = True) -> Path:
-    """Make every artifact of a data set available; return the data set's root directory."""
+def fetch(manifest: Manifest | str, verbose: bool = True, refetch: bool = False) -> Path:
+    """Make every artifact of a data set available; return the data set's root directory.
+
+    `refetch` discards cached copies first and fetches them again (mirror, then sources).
+    """
     if isinstance(manifest, str):
         manifest = load(manifest)
     root = cache_dir() / manifest.name
     for artifact in manifest.artifacts:
-        path = fetch_artifact(manifest, artifact, verbose)
+        path = fetch_artifact(manifest, artifact, verbose, refetch)
         if artifact.extract == "tar.gz":
             extract(manifest, artifact, path)
     return root

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import manifests
+from .splits import SplitRule
 
 _ACT = re.compile(r"^(ACT|Act)\b")
 _HEADING = re.compile(r"^(ACT|Act|SCENE|Scene|EPILOGUE|Epilogue|PROLOGUE|Prologue|INDUCTION|Induction)\b")
@@ -87,3 +88,26 @@ def load_speeches(texts_dir: Path | None = None) -> list[Speech]:
     if not speeches:
         raise manifests.DataError(f"no speeches found in {texts_dir}")
     return speeches
+
+
+def users(speeches: list[Speech]) -> dict[str, list[list[str]]]:
+    """User id "play/ROLE" -> the role's sentences in play order (users without words dropped)."""
+    from .typing_samples import sentences
+
+    out: dict[str, list[list[str]]] = {}
+    for s in speeches:
+        out.setdefault(f"{s.play}/{s.role}", []).extend(sentences(s.text))
+    return {u: sents for u, sents in out.items() if sents}
+
+
+# The user split of every notebook on this data set, per scale. Test users have enough text to
+# split 70/30 into personal training and test lines; validation users are lighter roles, disjoint
+# from them, on which hyper-parameters are chosen.
+SPLITS = {
+    "smoke": SplitRule(test_users=2, test_min_words=2000, validation_users=2,
+                       validation_min_words=1500, validation_max_words=2000),
+    "default": SplitRule(test_users=12, test_min_words=3000, validation_users=6,
+                         validation_min_words=2000, validation_max_words=3000),
+    "paper": SplitRule(test_users=20, test_min_words=3000, validation_users=10,
+                       validation_min_words=2000, validation_max_words=3000),
+}

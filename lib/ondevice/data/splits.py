@@ -1,17 +1,68 @@
-"""Per-user splits, the first-class concept of LEAF: who trains the global model, who is held out,
-and how a held-out user's own history divides into personal training data and test data."""
+"""Per-user splits, the first-class concept of LEAF: which users train the global model (crowd),
+which choose hyper-parameters (validation) and which measure results (test), and how one user's
+history divides into personal training data and test data.
+
+A split is made from the users' sizes and a `SplitRule` with its own seed (not the run's seed),
+so every notebook of a data set at a scale shares it, whatever seeds it repeats over. It is saved
+beside each result (`split.json`) and its digest is recorded in run.json.
+"""
 from __future__ import annotations
 
-import numpy as np
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from .. import streams
 
 
-def choose_heldout(sizes: dict, n: int, min_size: int, rng: np.random.Generator) -> list:
-    """n users drawn at random among those with at least min_size words, in a stable order."""
-    eligible = sorted(u for u, s in sizes.items() if s >= min_size)
-    if len(eligible) < n:
-        raise ValueError(f"only {len(eligible)} users have at least {min_size} words; {n} requested")
-    picked = rng.choice(len(eligible), size=n, replace=False)
-    return [eligible[i] for i in sorted(picked)]
+@dataclass(frozen=True)
+class SplitRule:
+    test_users: int
+    test_min_words: int            # test users are drawn among users with at least this much text
+    validation_users: int
+    validation_min_words: int      # validation users: [min, max) words, disjoint from test users
+    validation_max_words: int
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class UserSplit:
+    dataset: str
+    rule: SplitRule
+    crowd: tuple[str, ...]
+    validation: tuple[str, ...]
+    test: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"dataset": self.dataset, "rule": asdict(self.rule), "crowd": list(self.crowd),
+                "validation": list(self.validation), "test": list(self.test)}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def role(self, user: str) -> str:
+        return "test" if user in self.test else "validation" if user in self.validation else "crowd"
+
+
+def _draw(candidates: list[str], n: int, rng, what: str) -> list[str]:
+    if len(candidates) < n:
+        raise ValueError(f"only {len(candidates)} users qualify as {what}; {n} requested")
+    picked = rng.choice(len(candidates), size=n, replace=False)
+    return [candidates[i] for i in sorted(picked)]
+
+
+def make_split(dataset: str, sizes: dict[str, int], rule: SplitRule) -> UserSplit:
+    """Test users drawn among the heavy users, validation users among lighter ones, the rest crowd."""
+    users = sorted(sizes)
+    test = _draw([u for u in users if sizes[u] >= rule.test_min_words], rule.test_users,
+                 streams.rng(rule.seed, f"split/{dataset}/test"), f"test users (>= {rule.test_min_words} words)")
+    taken = set(test)
+    validation = _draw([u for u in users if u not in taken and rule.validation_min_words <= sizes[u] < rule.validation_max_words],
+                       rule.validation_users, streams.rng(rule.seed, f"split/{dataset}/validation"),
+                       f"validation users ({rule.validation_min_words}-{rule.validation_max_words - 1} words)")
+    taken |= set(validation)
+    return UserSplit(dataset, rule, tuple(u for u in users if u not in taken), tuple(validation), tuple(test))
 
 
 def split_history(items: list, sizes: list[int], train_fraction: float) -> tuple[list, list]:

@@ -1,59 +1,62 @@
 """Trainable TFLite export: the on-device API is four signatures, `train`, `infer`, `save`, `restore`.
 
-The personal model is wrapped in a tf.Module whose train signature is `train.train_step`, the
-step `train.Trainer` runs in the cloud; LSTM gradients and checkpoints need Select TF ops, so the
-file runs with the Flex delegate (linked into TensorFlow 2.19's Python interpreter, and into an
-Android app through tensorflow-lite-select-tf-ops).
+The signatures' inputs come from the task (`task.signature`), and `train` is
+`training.trainer.train_step`, the step the cloud loop runs, with the same hooks, so every
+personal model of every paper is exported and parity-checked by this one module. LSTM gradients
+and checkpoints need Select TF ops, so files run with the Flex delegate (linked into
+TensorFlow 2.19's Python interpreter, and into an Android app through tensorflow-lite-select-tf-ops).
 """
 from __future__ import annotations
 
 import logging
 import tempfile
 import warnings
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ..training.trainer import train_step
+from ..tasks import Task
+from ..training.trainer import Hook, make_optimizer, train_step, trainable_variables
 
-_TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
-_LABELS = tf.TensorSpec([None, None], tf.int32, name="labels")
 _PATH = tf.TensorSpec([], tf.string, name="checkpoint_path")
 
 
 class TrainableModel(tf.Module):
-    """A Keras model plus its optimizer, with the four on-device signatures."""
+    """A Keras model, its task, optimizer and hooks, with the four on-device signatures."""
 
-    def __init__(self, model: keras.Model, learning_rate: float):
+    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
+                 hooks: Sequence[Hook] = ()):
         super().__init__()
-        self.model = model
-        self.optimizer = keras.optimizers.Adam(learning_rate)
-        self.optimizer.build(model.trainable_variables)
+        self.model, self.task, self.hooks = model, task, list(hooks)
+        self.variables_to_train = trainable_variables(model, self.hooks)
+        self.optimizer = make_optimizer(optimizer, learning_rate)
+        self.optimizer.build(self.variables_to_train)
+        sig = task.signature
+        self.train = tf.function(self._train, input_signature=[sig.inputs, sig.labels])
+        self.infer = tf.function(self._infer, input_signature=[sig.inputs])
+        self.save = tf.function(self._save, input_signature=[_PATH])
+        self.restore = tf.function(self._restore, input_signature=[_PATH])
 
-    @tf.function(input_signature=[_TOKENS, _LABELS])
-    def train(self, tokens, labels):
-        return {"loss": train_step(self.model, self.optimizer, tokens, labels)}
+    def _train(self, inputs, labels):
+        return {"loss": train_step(self.model, self.task, self.optimizer, self.variables_to_train, self.hooks,
+                                   inputs, labels)}
 
-    @tf.function(input_signature=[_TOKENS])
-    def infer(self, tokens):
-        return {"logits": self.model(tokens, training=False)}
+    def _infer(self, inputs):
+        return {"logits": self.model(inputs, training=False)}
 
-    @tf.function(input_signature=[_PATH])
-    def save(self, checkpoint_path):
+    def _save(self, checkpoint_path):
         weights = self.model.weights
         tf.raw_ops.Save(filename=checkpoint_path, tensor_names=[w.name for w in weights],
                         data=[w.read_value() for w in weights], name="save")
         return {"checkpoint_path": checkpoint_path}
 
-    @tf.function(input_signature=[_PATH])
-    def restore(self, checkpoint_path):
-        restored = {}
+    def _restore(self, checkpoint_path):
         for w in self.model.weights:
             value = tf.raw_ops.Restore(file_pattern=checkpoint_path, tensor_name=w.name, dt=w.dtype, name="restore")
             w.assign(tf.reshape(value, w.shape))
-            restored[w.name] = value
-        return {"restored": tf.constant(len(restored))}
+        return {"restored": tf.constant(len(self.model.weights))}
 
 
 def convert(module: TrainableModel) -> bytes:
@@ -63,11 +66,7 @@ def convert(module: TrainableModel) -> bytes:
     tf_logger.setLevel(logging.ERROR)  # "Assets written to /tmp/..." on every save
     with tempfile.TemporaryDirectory() as saved:
         tf.saved_model.save(module, saved, signatures={
-            "train": module.train.get_concrete_function(),
-            "infer": module.infer.get_concrete_function(),
-            "save": module.save.get_concrete_function(),
-            "restore": module.restore.get_concrete_function(),
-        })
+            name: getattr(module, name).get_concrete_function() for name in ("train", "infer", "save", "restore")})
         converter = tf.lite.TFLiteConverter.from_saved_model(saved)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
         converter.experimental_enable_resource_variables = True
@@ -87,19 +86,38 @@ def interpreter(flatbuffer: bytes) -> tf.lite.Interpreter:
     return interp
 
 
-def train_on_device(interp: tf.lite.Interpreter, batches) -> list[float]:
-    """Losses of the TFLite `train` signature over (tokens, labels) batches, in order."""
+def _feed(task: Task, inputs, labels=None) -> dict:
+    sig = task.signature
+    feed = {sig.inputs.name: np.asarray(inputs, sig.inputs.dtype.as_numpy_dtype)}
+    if labels is not None:
+        feed[sig.labels.name] = np.asarray(labels, sig.labels.dtype.as_numpy_dtype)
+    return feed
+
+
+def train_on_device(interp: tf.lite.Interpreter, task: Task, batches) -> list[float]:
+    """Losses of the TFLite `train` signature over (inputs, labels) batches, in order."""
     train = interp.get_signature_runner("train")
-    return [float(train(tokens=np.asarray(x, np.int32), labels=np.asarray(y, np.int32))["loss"]) for x, y in batches]
+    return [float(train(**_feed(task, x, y))["loss"]) for x, y in batches]
 
 
-def compare_training(model: keras.Model, learning_rate: float, batches) -> dict:
-    """Train one copy in TensorFlow and one through the TFLite interpreter from the same weights,
-    on the same batches; return both loss curves and the flatbuffer (trainable from `weights`)."""
-    weights = model.get_weights()
-    tf_module = TrainableModel(keras.models.clone_model(model), learning_rate)
-    tf_module.model.set_weights(weights)
-    flatbuffer = convert(TrainableModel(model, learning_rate))
-    tf_losses = [float(tf_module.train(tf.constant(x), tf.constant(y))["loss"]) for x, y in batches]
-    tflite_losses = train_on_device(interpreter(flatbuffer), batches)
-    return {"tensorflow": tf_losses, "tflite": tflite_losses, "flatbuffer": flatbuffer}
+def infer_on_device(interp: tf.lite.Interpreter, task: Task, inputs) -> np.ndarray:
+    return interp.get_signature_runner("infer")(**_feed(task, inputs))["logits"]
+
+
+def compare_training(model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam",
+                     hooks: Sequence[Hook] = ()) -> dict:
+    """Train one copy in TensorFlow and one through the TFLite interpreter from the same weights on
+    the same batches. Returns both loss curves, both models' outputs on the first batch after
+    training, and the flatbuffer (trainable from the starting weights). `model` is not changed."""
+    start = model.get_weights()
+    flatbuffer = convert(TrainableModel(model, task, learning_rate, optimizer, hooks))
+    twin = keras.models.clone_model(model)
+    twin.set_weights(start)
+    module = TrainableModel(twin, task, learning_rate, optimizer, hooks)
+    tf_losses = [float(module.train(tf.constant(x), tf.constant(y))["loss"]) for x, y in batches]
+    interp = interpreter(flatbuffer)
+    tflite_losses = train_on_device(interp, task, batches)
+    probe = batches[0][0]
+    return {"tensorflow": tf_losses, "tflite": tflite_losses, "flatbuffer": flatbuffer,
+            "outputs_tensorflow": twin(probe, training=False).numpy(),
+            "outputs_tflite": infer_on_device(interp, task, probe)}

@@ -1,8 +1,14 @@
-"""Claims: the paper's numbers beside ours, and whether each claimed effect holds here."""
+"""Claims: the paper's numbers beside ours, and whether each claimed effect holds here beyond noise.
+
+An effect is judged by a paired bootstrap interval over users, not by comparing two numbers: a
++0.1% change over 12 users and one seed is noise until its interval excludes zero.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 
@@ -29,36 +35,141 @@ class Paper:
     effects: tuple[Effect, ...]
 
 
-def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper's numbers beside ours (never instead), and whether each claimed effect holds here."""
+def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:
+    """The paper's numbers beside ours (never instead of them)."""
     missing = [n.quantity for n in paper.numbers if n.quantity not in ours]
     if missing:
         raise KeyError(f"no measured value for {missing}")
-    numbers = pd.DataFrame([
+    return pd.DataFrame([
         {"quantity": n.quantity, "paper": n.value, "ours": ours[n.quantity],
          "ours / paper": ours[n.quantity] / n.value if n.value else float("nan"), "paper source": n.source}
         for n in paper.numbers
     ])
+
+
+def _per_seed_users(name: str, values) -> np.ndarray:
+    """As a (seeds, users) float array; one seed may come as a 1-D array."""
+    array = np.asarray(values, dtype=float)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2:
+        raise ValueError(f"{name} must have shape (seeds, users) or (users,), got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} has non-finite values")
+    return array
+
+
+def _median_change(better: np.ndarray, worse: np.ndarray) -> np.ndarray:
+    """mean over seeds of median_u(better) / median_u(worse) - 1; users on the last axis, seeds on the first."""
+    return (np.median(better, axis=-1) / np.median(worse, axis=-1) - 1).mean(axis=0)
+
+
+def sign_test(improved: int, worse: int) -> float:
+    """Two-sided exact binomial test of improved vs. worse users under p = 1/2 (ties already dropped)."""
+    n = improved + worse
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(improved, worse) + 1))
+    return min(1.0, 2 * tail / 2 ** n)
+
+
+def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generator,
+                  n_boot: int = 2000, level: float = 0.95) -> dict:
+    """Relative change of medians over users (averaged over seeds) with a paired bootstrap interval.
+
+    Users are resampled with the same indices in every seed, because a user's values under both
+    conditions and across seeds are not independent; the interval is the bootstrap percentile
+    interval at `level`. The sign test counts users whose seed-mean difference is above or below 0.
+    """
+    b, w = _per_seed_users("better", better), _per_seed_users("worse", worse)
+    if b.shape != w.shape:
+        raise ValueError(f"better and worse must be paired by user and seed, got shapes {b.shape} and {w.shape}")
+    seeds, users = b.shape
+    if users < 2:
+        raise ValueError(f"need at least 2 users to judge an effect, got {users}")
+    if np.any(np.median(w, axis=1) == 0):
+        raise ValueError("the median of `worse` is 0 in some seed, so a relative change is undefined")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    change = float(_median_change(b, w))
+    idx = rng.integers(0, users, size=(n_boot, users))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample whose median is 0 yields inf, kept as extreme
+        boot = _median_change(b[:, idx], w[:, idx])  # (seeds, n_boot, users) -> (n_boot,)
+    alpha = (1 - level) / 2
+    ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha, 1 - alpha]))
+    diff = (b - w).mean(axis=0)
+    improved, worse_users = int((diff > 0).sum()), int((diff < 0).sum())
+    verdict = "holds" if ci_low > 0 else "does not hold" if ci_high < 0 else "within noise"
+    return {"change": change, "ci_low": ci_low, "ci_high": ci_high, "users": users, "seeds": seeds,
+            "users_improved": improved, "users_worse": worse_users,
+            "sign_test_p": sign_test(improved, worse_users), "verdict": verdict}
+
+
+def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray]], rng: np.random.Generator,
+                  n_boot: int = 2000, level: float = 0.95) -> pd.DataFrame:
+    """One row per claimed effect: the paper's change beside ours, with our interval and verdict.
+
+    `measured` maps each effect's claim to per-user (better, worse) arrays, shape (seeds, users).
+    """
+    claims = [e.claim for e in paper.effects]
+    missing = [c for c in claims if c not in measured]
+    if missing:
+        raise KeyError(f"no per-user measurements for effects {missing}")
+    unknown = [c for c in measured if c not in claims]
+    if unknown:
+        raise KeyError(f"measurements for {unknown}, which are not effects the paper claims ({claims})")
     paper_values = {n.quantity: n.value for n in paper.numbers}
-    effects = pd.DataFrame([
-        {"effect": e.claim, "holds in paper": paper_values[e.better] > paper_values[e.worse],
-         "holds in ours": ours[e.better] > ours[e.worse],
-         "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
-         "our change": ours[e.better] / ours[e.worse] - 1}
-        for e in paper.effects
-    ])
-    return numbers, effects
+    rows = []
+    for e in paper.effects:
+        if e.better not in paper_values or e.worse not in paper_values:
+            raise KeyError(f"effect {e.claim!r} refers to {e.better!r} / {e.worse!r}, not both among the paper's numbers")
+        r = paired_effect(*measured[e.claim], rng=rng, n_boot=n_boot, level=level)
+        rows.append({"effect": e.claim, "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
+                     "our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"],
+                     "users": r["users"], "seeds": r["seeds"], "users improved": r["users_improved"],
+                     "users worse": r["users_worse"], "sign test p": r["sign_test_p"],
+                     "verdict": r["verdict"], "level": level})
+    return pd.DataFrame(rows)
 
 
-def verdict(result: Result) -> str:
-    """A Markdown sentence per claimed effect: does it hold on our data, and on what data."""
+def verdict_text(effects: pd.DataFrame, stand_in_data: str | None) -> str:
+    """A Markdown bullet per effect (from effects_table): holds, does not hold, or within noise, and by how much."""
     lines = []
-    for _, row in result.tables["effects"].iterrows():
-        ours, paper = bool(row["holds in ours"]), bool(row["holds in paper"])
-        lines.append(f"- **{row['effect']}**: {'holds' if ours else 'does not hold'} in our measurement "
-                     f"({'as in' if ours == paper else 'unlike'} the paper), with a change of "
-                     f"{row['our change']:+.1%} against the paper's {row['paper change']:+.1%}.")
-    if result.stand_in_data:
-        lines.append(f"- Our data is **stand-in data** for {result.stand_in_data.strip()} "
-                     "Absolute numbers are not comparable with the paper's; the direction of each effect is.")
+    for _, row in effects.iterrows():
+        seeds = f"{row['seeds']} seed" + ("s" if row["seeds"] != 1 else "")
+        lines.append(f"- **{row['effect']}**: {row['verdict']} in our measurement: {row['our change']:+.1%} "
+                     f"({row['level']:.0%} interval {row['ci low']:+.1%} to {row['ci high']:+.1%}, "
+                     f"{row['users']} users x {seeds}; the paper reports {row['paper change']:+.1%}).")
+    if stand_in_data:
+        lines.append(f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
+                     "are not comparable with the paper's; the direction and size of each effect are.")
     return "\n".join(lines)
+
+
+def headline(per_seed: list[float], resolution: float = 0.0) -> dict:
+    """A headline number over seeds, with the tolerance a re-run elsewhere should stay within.
+
+    A re-run on another machine is like a fresh set of seeds: oneDNN picks ISA-specific kernels
+    whose rounding perturbs training as a new seed would. The difference of two S-seed means then
+    has standard error s * sqrt(2 / S) (s: sample standard deviation over seeds, ddof=1), and we
+    allow three of them, which a correct re-run exceeds about as rarely as 3 sigma allows. The
+    tolerance never goes below `resolution` (e.g. the metric's granularity); with one seed the
+    spread is unknown, so the tolerance is None.
+    """
+    values = [float(v) for v in per_seed]
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"headline needs at least one finite per-seed value, got {per_seed!r}")
+    n = len(values)
+    tolerance = None
+    if n >= 2:
+        tolerance = max(3 * float(np.std(values, ddof=1)) * math.sqrt(2 / n), resolution)
+    return {"value": float(np.mean(values)), "per_seed": values, "tolerance": tolerance, "resolution": resolution}
+
+
+def headline_table(headlines: dict[str, dict]) -> pd.DataFrame:
+    """The headline numbers of a run, one row each, for reports and the reproduce runner."""
+    return pd.DataFrame([
+        {"name": name, "value": h["value"], "tolerance": h["tolerance"], "seeds": len(h["per_seed"]),
+         "per-seed values": ", ".join(f"{v:.6g}" for v in h["per_seed"])}
+        for name, h in headlines.items()
+    ])

@@ -41,13 +41,18 @@ class Result:
     figures: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     models: dict[str, bytes] = field(default_factory=dict)  # exported files, e.g. trainable .tflite
+    headline: dict[str, dict] = field(default_factory=dict)  # claims.headline(...) per number
+    artifacts: dict[str, dict] = field(default_factory=dict)  # JSON files beside run.json, e.g. the split
 
     def add_figure(self, name: str, figure) -> None:
         self.figures[name] = figure
 
     def save(self, out_dir: str | Path) -> Path:
-        """Write tables (CSV), figures (PNG+SVG), models and run.json, run.json last: it marks completeness."""
+        """Write tables (CSV), figures (PNG+SVG), models, artifacts and run.json, run.json last: it
+        marks completeness."""
         out = Path(out_dir)
+        for name, doc in self.artifacts.items():
+            atomic_write(out / name, lambda p, d=doc: p.write_text(json.dumps(d, indent=1)))
         for name, blob in self.models.items():
             atomic_write(out / "models" / name, lambda p, b=blob: p.write_bytes(b))
         for name, table in self.tables.items():
@@ -65,10 +70,12 @@ class Result:
             "stand_in_data": self.stand_in_data,
             "data": self.data,
             "wall_time_s": round(self.wall_time_s, 2),
-            "environment": environment(),
+            "headline": self.headline,
+            "environment": environment(self.experiment),
             "tables": sorted(self.tables),
             "figures": sorted(self.figures),
             "models": {name: len(blob) for name, blob in self.models.items()},
+            "artifacts": sorted(self.artifacts),
             "notes": self.notes,
         }
         atomic_write(out / "run.json", lambda p: p.write_text(json.dumps(run, indent=2, default=str)))

@@ -24,7 +24,7 @@ from .provenance import CODE_PATHS, git_state
 from .record import atomic_write
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
-RESULTS = REPO_ROOT / "results"
+RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
 KERNEL = "ondevice"
 CODE_SUFFIXES = {".py", ".yaml"}
 
@@ -108,7 +108,7 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
     start, error = time.perf_counter(), None
     try:
         papermill.execute_notebook(
-            str(notebook), str(executed), kernel_name=KERNEL, cwd=str(NOTEBOOKS), progress_bar=True,
+            str(notebook), str(executed), kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=True,
             stdout_file=sys.stdout,  # the notebook's progress lines (epochs, users) as they happen
             parameters={"scale": scale, "out_dir": str(staging), **params},
         )
@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--notebook", default="", help="run only this notebook (name without .ipynb)")
     ap.add_argument("--force", action="store_true", help="re-run even when complete results exist")
     ap.add_argument("--params", default="{}", help="JSON object of extra papermill parameters")
+    ap.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS)
     args = ap.parse_args(argv)
     try:
         params = json.loads(args.params)
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
         ap.error(f"--params is not valid JSON: {exc}")
     if not isinstance(params, dict):
         ap.error("--params must be a JSON object")
-    notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
+    notebooks = sorted(args.notebooks_dir.glob("*.ipynb"))
     if args.notebook:
         notebooks = [n for n in notebooks if n.stem == args.notebook.removesuffix(".ipynb")]
         if not notebooks:

@@ -1,1 +1,45 @@
-"""tasks"""
+"""Tasks: what a model learns and how it is scored, independent of the training loop.
+
+A task owns its input signature (which also drives the trainable TFLite export), its batching,
+its loss and its metrics, so one `training.Trainer` and one `device.tflite` export serve every
+paper: next-word prediction (DeepType, AutLearn), image classification and multi-label audio
+tagging (MoIL, AutLearn), next-location prediction (Colla).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One input tensor and one label tensor, named: the names become the TFLite signature's."""
+
+    inputs: tf.TensorSpec
+    labels: tf.TensorSpec
+
+
+class Task:
+    """Subclasses define `signature`, `batches`, `loss` and `evaluate`."""
+
+    name = "task"
+    signature: Signature
+
+    def batches(self, data: Any, batch_size: int, rng: np.random.Generator | None) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """(inputs, labels) mini-batches of one epoch; shuffled when rng is given."""
+        raise NotImplementedError
+
+    def loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        """Mean training loss of a batch (a scalar tensor), as used in the cloud and on device."""
+        raise NotImplementedError
+
+    def evaluate(self, model, data: Any) -> dict:
+        """The task's metrics of a model on data."""
+        raise NotImplementedError
+
+    def size(self, data: Any) -> int:
+        """Number of examples in data."""
+        return len(data)

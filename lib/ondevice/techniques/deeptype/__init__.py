@@ -1,1 +1,1 @@
-"""techniques/deeptype"""
+"""DeepType (Xu et al., IMWUT 2018) techniques."""

@@ -1,0 +1,72 @@
+"""Next-word prediction while typing (DeepType Sec. 2-3): samples, masked loss, top-k-eff."""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ..data.typing_samples import PAD_ID, UNK_ID, Samples, batch_indices
+from ..metrics import top_k_eff, typed_chars_needed
+from . import Signature, Task
+
+
+def masked_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Sum of per-position cross-entropy over real positions (label != <pad>) and their count."""
+    mask = tf.cast(tf.not_equal(labels, PAD_ID), logits.dtype)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return tf.reduce_sum(ce * mask), tf.reduce_sum(mask)
+
+
+@tf.function(reduce_retracing=True)
+def position_scores(logits, labels, k):
+    """Per position: is the label among the top-k suggestions, and its cross-entropy.
+
+    <pad> and <unk> are never suggested (a keyboard shows words), so an out-of-vocabulary
+    word is never a hit: its characters all have to be typed.
+    """
+    excluded = tf.one_hot([PAD_ID, UNK_ID], tf.shape(logits)[-1], on_value=True, off_value=False)
+    excluded = tf.reduce_any(excluded, axis=0)
+    shown = tf.where(excluded, tf.constant(-np.inf, logits.dtype), logits)
+    label_logit = tf.gather(logits, labels, batch_dims=2)
+    # words scoring at least as high as the label, the label itself excluded: ties count against it
+    rank = tf.reduce_sum(tf.cast(shown >= label_logit[..., None], tf.int32), axis=-1) - 1
+    hit = (rank < k) & tf.not_equal(labels, UNK_ID)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return hit, ce
+
+
+class NextWordTask(Task):
+    """Samples are DeepType's (previous words, then typed characters); labels are word ids."""
+
+    name = "next_word"
+    signature = Signature(tf.TensorSpec([None, None], tf.int32, name="tokens"),
+                          tf.TensorSpec([None, None], tf.int32, name="labels"))
+
+    def __init__(self, k: int = 3, eval_batch_size: int = 256):
+        self.k = k
+        self.eval_batch_size = eval_batch_size
+
+    def batches(self, data: Samples, batch_size: int, rng: np.random.Generator | None):
+        for idx in batch_indices(data, batch_size, rng):
+            yield data.padded(idx)
+
+    def loss(self, labels, outputs):
+        total, count = masked_cross_entropy(labels, outputs)
+        return total / count
+
+    def evaluate(self, model, data: Samples) -> dict:
+        """top-k-eff and perplexity over every labelled position, plus R(x) per sample."""
+        if len(data) == 0:
+            raise ValueError("cannot evaluate on an empty sample set")
+        needed = np.zeros(len(data), np.int32)
+        ce_sum, count = 0.0, 0
+        for start in range(0, len(data), self.eval_batch_size):
+            idx = np.arange(start, min(start + self.eval_batch_size, len(data)))
+            x, y = data.padded(idx)
+            hit, ce = position_scores(model(x, training=False), tf.constant(y), tf.constant(self.k))
+            hit, ce = hit.numpy(), ce.numpy()
+            ce_sum += float(ce[y != PAD_ID].sum())
+            count += int((y != PAD_ID).sum())
+            for row, j in enumerate(idx):
+                needed[j] = typed_chars_needed(hit[row], int(data.n_context[j]), int(data.word_len[j]))
+        return {"top_k_eff": top_k_eff(data.word_len, needed), "perplexity": float(np.exp(ce_sum / count)),
+                "chars_needed": needed}

@@ -1,0 +1,98 @@
+"""A content-addressed cache of trained models, so a global model is trained once per machine.
+
+The key is a hash of everything that decides the trained weights: the fields that configure the
+model and its training, the checksums of the data it reads and the source of the code that
+trains it. Any change to one of them is a different key, so a stale model is never reused.
+Entries live in `ONDEVICE_MODEL_CACHE` (default ~/.cache/ondevice-models), one directory each,
+written to a temporary directory and renamed into place, so an interrupted training leaves no
+entry that looks complete.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import REPO_ROOT
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ONDEVICE_MODEL_CACHE", Path.home() / ".cache" / "ondevice-models"))
+
+
+def code_digest(files: list[Path]) -> str:
+    """Hash of source files (relative path and bytes), in sorted order."""
+    digest = hashlib.sha256()
+    for f in sorted(set(Path(p).resolve() for p in files)):
+        try:
+            name = str(f.relative_to(REPO_ROOT))
+        except ValueError:
+            name = f.name
+        digest.update(name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(name: str, fields: dict, data: list[str], code: str) -> str:
+    blob = json.dumps({"name": name, "fields": fields, "data": sorted(data), "code": code},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class Entry:
+    """A cached model: its weights, what training reported (history, timings), and the key."""
+
+    key: str
+    path: Path
+    weights: list[np.ndarray]
+    info: dict
+    hit: bool  # True when loaded from the cache, False when trained by this call
+
+
+def _read(path: Path, key: str) -> Entry:
+    with np.load(path / "weights.npz") as npz:
+        weights = [npz[f"w{i}"] for i in range(len(npz.files))]
+    info = json.loads((path / "info.json").read_text())
+    return Entry(key, path, weights, info, hit=True)
+
+
+def load_or_train(name: str, fields: dict, data: list[str], code: str,
+                  train: Callable[[], tuple[list[np.ndarray], dict]], log=print) -> Entry:
+    """The cached entry for this key, or `train()` -> (weights, info) stored under it.
+
+    `info` must be JSON-serialisable (e.g. the training history); it is returned on every hit, so
+    results report the training that made the model even when this run did not train it.
+    """
+    key = cache_key(name, fields, data, code)
+    path = cache_root() / f"{name}-{key[:20]}"
+    if (path / "info.json").is_file():
+        try:
+            entry = _read(path, key)
+            log(f"[model cache] {name}: reusing {path} (trained {entry.info.get('trained_at', '?')})")
+            return entry
+        except (OSError, ValueError, KeyError) as exc:  # unreadable entry: train again, replace it
+            log(f"[model cache] {name}: entry {path} is unreadable ({exc}); training again")
+    start = time.perf_counter()
+    weights, info = train()
+    info = {**info, "key": key, "fields": fields, "data": data, "code": code,
+            "trained_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "train_seconds": time.perf_counter() - start}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        np.savez(tmp / "weights.npz", **{f"w{i}": w for i, w in enumerate(weights)})
+        (tmp / "info.json").write_text(json.dumps(info, indent=1, default=str))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"[model cache] {name}: trained in {info['train_seconds']:.0f}s, stored in {path}")
+    return Entry(key, path, weights, info, hit=False)

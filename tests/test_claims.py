@@ -1,0 +1,166 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ondevice.results import claims, record
+
+PAPER = claims.Paper("someone 2018", (claims.PaperNumber("before", 0.5, "T1"), claims.PaperNumber("after", 0.6, "T1")),
+                     (claims.Effect("training helps", "after", "before"),))
+
+
+def users(rng, n, seeds=1, scale=1.2, noise=0.01):
+    """Per-user (better, worse) of shape (seeds, n): better = worse * scale + noise."""
+    worse = rng.uniform(0.3, 0.6, size=n)
+    worse = np.tile(worse, (seeds, 1)) + rng.normal(0, noise, size=(seeds, n))
+    return worse * scale + rng.normal(0, noise, size=(seeds, n)), worse
+
+
+def test_paper_numbers_stand_beside_ours():
+    numbers = claims.paper_vs_ours(PAPER, {"before": 0.40, "after": 0.38})
+    assert list(numbers.paper) == [0.5, 0.6] and list(numbers.ours) == [0.40, 0.38]
+    assert numbers["ours / paper"].tolist() == pytest.approx([0.8, 0.38 / 0.6])
+    assert list(numbers["paper source"]) == ["T1", "T1"]
+    with pytest.raises(KeyError, match="after"):
+        claims.paper_vs_ours(PAPER, {"before": 0.4})
+
+
+def test_a_large_consistent_effect_holds():
+    better, worse = users(np.random.default_rng(0), 30)
+    r = claims.paired_effect(better, worse, np.random.default_rng(1))
+    assert r["verdict"] == "holds" and r["ci_low"] > 0.1
+    assert r["change"] == pytest.approx(0.2, abs=0.05)
+    assert (r["users"], r["seeds"], r["users_improved"], r["users_worse"]) == (30, 1, 30, 0)
+    assert r["sign_test_p"] == pytest.approx(2 / 2 ** 30)
+
+
+def test_a_reversed_effect_does_not_hold():
+    better, worse = users(np.random.default_rng(0), 30, scale=0.8)
+    r = claims.paired_effect(better, worse, np.random.default_rng(1))
+    assert r["verdict"] == "does not hold" and r["ci_high"] < 0 and r["users_worse"] == 30
+
+
+def test_noise_around_zero_over_few_users_is_within_noise():
+    better, worse = users(np.random.default_rng(3), 8, scale=1.0, noise=0.05)
+    r = claims.paired_effect(better, worse, np.random.default_rng(1))
+    assert r["verdict"] == "within noise" and r["ci_low"] < 0 < r["ci_high"]
+    assert r["sign_test_p"] > 0.05
+
+
+def test_a_tiny_gain_over_twelve_users_is_within_noise():
+    # the README's case: +0.1% over 12 users and one seed was reported as holding
+    rng = np.random.default_rng(5)
+    worse = rng.uniform(0.3, 0.6, size=12)
+    better = worse * 1.001 + rng.normal(0, 0.01, size=12)
+    r = claims.paired_effect(better, worse, np.random.default_rng(0))
+    assert r["verdict"] == "within noise"
+
+
+def test_interval_contains_the_estimate_and_is_reproducible():
+    better, worse = users(np.random.default_rng(0), 20, seeds=3, noise=0.05)
+    first = claims.paired_effect(better, worse, np.random.default_rng(7), n_boot=500)
+    again = claims.paired_effect(better, worse, np.random.default_rng(7), n_boot=500)
+    other = claims.paired_effect(better, worse, np.random.default_rng(8), n_boot=500)
+    assert first == again and first["ci_low"] != other["ci_low"]
+    assert first["ci_low"] <= first["change"] <= first["ci_high"]
+    assert (first["users"], first["seeds"]) == (20, 3)
+
+
+def test_statistic_is_the_seed_mean_of_median_ratios_and_the_level_widens_the_interval():
+    better = np.array([[2.0, 3.0, 4.0], [1.0, 1.0, 5.0]])
+    worse = np.array([[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]])
+    r = claims.paired_effect(better, worse, np.random.default_rng(0), level=0.5)
+    assert r["change"] == pytest.approx(((3 / 2 - 1) + (1 / 2 - 1)) / 2)
+    wide = claims.paired_effect(better, worse, np.random.default_rng(0), level=0.99)
+    assert wide["ci_low"] <= r["ci_low"] and wide["ci_high"] >= r["ci_high"]
+
+
+def test_sign_test_drops_ties_and_is_two_sided():
+    assert claims.sign_test(0, 0) == 1.0
+    assert claims.sign_test(5, 5) == 1.0
+    assert claims.sign_test(9, 1) == pytest.approx(2 * 11 / 1024)
+    assert claims.sign_test(1, 9) == claims.sign_test(9, 1)
+    better, worse = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 1.0])
+    r = claims.paired_effect(better, worse, np.random.default_rng(0), n_boot=50)
+    assert (r["users_improved"], r["users_worse"]) == (3, 0) and r["sign_test_p"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("better,worse,message", [
+    (np.ones((2, 5)), np.ones((3, 5)), "shapes"),
+    (np.ones(1), np.ones(1), "at least 2 users"),
+    (np.array([1.0, np.nan]), np.ones(2), "non-finite"),
+    (np.ones((2, 2, 2)), np.ones((2, 2, 2)), "shape"),
+])
+def test_bad_shapes_are_clear_errors(better, worse, message):
+    with pytest.raises(ValueError, match=message):
+        claims.paired_effect(better, worse, np.random.default_rng(0))
+
+
+def test_effects_table_and_verdict_text_say_how_sure_we_are_and_name_stand_in_data():
+    rng = np.random.default_rng(0)
+    better, worse = users(rng, 12, seeds=3, scale=1.0, noise=0.05)
+    effects = claims.effects_table(PAPER, {"training helps": (better, worse)}, rng, n_boot=300)
+    row = effects.iloc[0]
+    assert row["effect"] == "training helps" and row["paper change"] == pytest.approx(0.2)
+    assert (row["users"], row["seeds"], row["level"], row["verdict"]) == (12, 3, 0.95, "within noise")
+    text = claims.verdict_text(effects, "private logs.")
+    assert text.startswith("- **training helps**: within noise in our measurement: ")
+    assert f"(95% interval {row['ci low']:+.1%} to {row['ci high']:+.1%}, 12 users x 3 seeds; " in text
+    assert "the paper reports +20.0%)." in text
+    assert "stand-in data" in text and "private logs." in text and "not comparable" in text
+    assert "stand-in" not in claims.verdict_text(effects, None)
+    with pytest.raises(KeyError, match="training helps"):
+        claims.effects_table(PAPER, {}, rng)
+    with pytest.raises(KeyError, match="typo"):
+        claims.effects_table(PAPER, {"training helps": (better, worse), "typo": (better, worse)}, rng)
+
+
+def test_verdict_text_says_holds_and_does_not_hold_plainly():
+    effects = pd.DataFrame([
+        {"effect": "a", "paper change": 0.2, "our change": 0.15, "ci low": 0.1, "ci high": 0.2, "users": 30,
+         "seeds": 1, "verdict": "holds", "level": 0.9},
+        {"effect": "b", "paper change": 0.2, "our change": -0.15, "ci low": -0.2, "ci high": -0.1, "users": 30,
+         "seeds": 2, "verdict": "does not hold", "level": 0.95},
+    ])
+    a, b = claims.verdict_text(effects, None).splitlines()
+    assert a == "- **a**: holds in our measurement: +15.0% (90% interval +10.0% to +20.0%, 30 users x 1 seed; the paper reports +20.0%)."
+    assert b.startswith("- **b**: does not hold in our measurement: -15.0%")
+
+
+def test_headline_tolerance_is_three_standard_errors_of_a_difference_of_means():
+    h = claims.headline([0.40, 0.42, 0.44])
+    s = 0.02  # sample standard deviation of 0.40, 0.42, 0.44
+    assert h["value"] == pytest.approx(0.42) and h["per_seed"] == [0.40, 0.42, 0.44]
+    assert h["tolerance"] == pytest.approx(3 * s * math.sqrt(2 / 3))
+    assert claims.headline([0.5])["tolerance"] is None
+    assert claims.headline([0.40, 0.42, 0.44], resolution=0.1)["tolerance"] == 0.1
+    assert claims.headline([0.5, 0.5], resolution=0.01)["tolerance"] == 0.01
+    with pytest.raises(ValueError):
+        claims.headline([])
+    table = claims.headline_table({"top-3-eff": h, "one": claims.headline([0.5])})
+    assert list(table.columns) == ["name", "value", "tolerance", "seeds", "per-seed values"]
+    assert table.seeds.tolist() == [3, 1] and table["per-seed values"][0] == "0.4, 0.42, 0.44"
+
+
+def test_save_writes_everything_and_leaves_no_temporary_files(tmp_path):
+    result = record.Result("x", {"scale": "smoke", "seed": 0}, {"t": pd.DataFrame({"a": [1]})}, [], None, 1.0,
+                           models={"m.tflite": b"\x00\x01"})
+    out = result.save(tmp_path / "out")
+    assert (out / "tables" / "t.csv").read_text().strip() == "a\n1"
+    assert (out / "models" / "m.tflite").read_bytes() == b"\x00\x01"
+    assert (out / "run.json").stat().st_mode & 0o044  # readable by others: results are published
+    assert not list(out.rglob(".*.tmp"))
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "run.json"
+    target.write_text("old")
+
+    def fail(path):
+        path.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        record.atomic_write(target, fail)
+    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
