@@ -1,9 +1,17 @@
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# Tests train their own global models (and notebooks' kernels inherit this): a user's model cache
+# is neither used nor filled by them.
+_models = tempfile.mkdtemp(prefix="ondevice-test-models-")
+os.environ["ONDEVICE_MODEL_CACHE"] = _models
+atexit.register(shutil.rmtree, _models, True)
 mirror = Path(__file__).resolve().parents[2] / "shared" / "data"
 if mirror.is_dir():
     os.environ.setdefault("ONDEVICE_DATA_MIRROR", str(mirror))

@@ -3,7 +3,8 @@ import pytest
 import tensorflow as tf
 
 from ondevice.data.typing_samples import Vocabulary, build_samples
-from ondevice.metrics import _position_scores, evaluate, top_k_eff, typed_chars_needed
+from ondevice.metrics import accuracy, mean_auc, roc_auc, top_k_eff, typed_chars_needed
+from ondevice.tasks.next_word import NextWordTask, position_scores
 
 
 def test_paper_worked_example_priceless():
@@ -29,11 +30,11 @@ def test_word_never_suggested_costs_all_its_characters_and_first_words_start_at_
 
 def test_unk_and_pad_are_never_suggested():
     logits = tf.constant([[[9.0, 8.0, 1.0, 2.0, 3.0]]])  # pad and unk score highest
-    hit, _ = _position_scores(logits, tf.constant([[2]]), tf.constant(3))
+    hit, _ = position_scores(logits, tf.constant([[2]]), tf.constant(3))
     assert bool(hit[0, 0])  # word 2 is third among real words
-    hit, _ = _position_scores(logits, tf.constant([[2]]), tf.constant(2))
+    hit, _ = position_scores(logits, tf.constant([[2]]), tf.constant(2))
     assert not bool(hit[0, 0])
-    hit, _ = _position_scores(logits, tf.constant([[1]]), tf.constant(3))
+    hit, _ = position_scores(logits, tf.constant([[1]]), tf.constant(3))
     assert not bool(hit[0, 0])  # an out-of-vocabulary word is never a hit
 
 
@@ -47,10 +48,21 @@ def test_evaluate_with_an_oracle_and_a_uniform_model():
         _, y = samples.padded(np.arange(len(samples)))
         return tf.one_hot(y[: x.shape[0], : x.shape[1]], vocab.size) * 20.0
 
-    result = evaluate(oracle, samples, k=1, batch_size=len(samples))
+    result = NextWordTask(k=1, eval_batch_size=len(samples)).evaluate(oracle, samples)
     # every word after the first is known before typing; the first needs one character
     assert result["top_k_eff"] == pytest.approx(1 - 1 / sum(map(len, sents[0])))
 
-    uniform = evaluate(lambda x, training=False: tf.zeros((*x.shape, vocab.size)), samples, k=1)
+    uniform = NextWordTask(k=1).evaluate(lambda x, training=False: tf.zeros((*x.shape, vocab.size)), samples)
     assert uniform["perplexity"] == pytest.approx(vocab.size, rel=1e-5)
     assert uniform["top_k_eff"] == 0.0  # ties are not hits: a model that knows nothing saves nothing
+
+
+def test_accuracy_and_auc_by_hand():
+    assert accuracy([0, 1, 1], np.array([[2.0, 1.0], [0.0, 1.0], [1.0, 0.0]])) == pytest.approx(2 / 3)
+    # positives scored 0.9 and 0.4, negatives 0.5 and 0.1: 3 of 4 pairs ordered right
+    assert roc_auc([1, 0, 1, 0], [0.9, 0.5, 0.4, 0.1]) == pytest.approx(0.75)
+    assert roc_auc([1, 0], [0.3, 0.3]) == pytest.approx(0.5)  # a tie counts half
+    assert np.isnan(roc_auc([1, 1], [0.2, 0.3]))
+    labels = np.array([[1, 0], [0, 0], [1, 1]])
+    scores = np.array([[0.9, 0.1], [0.2, 0.0], [0.8, 0.7]])
+    assert mean_auc(labels, scores) == pytest.approx(1.0)

@@ -69,7 +69,12 @@ def test_smoke_run_writes_complete_results(smoke_run):
     assert set(run["tables"]) == set(tables)
     comparison = tables["paper_vs_ours"]
     assert {"paper", "ours"} <= set(comparison.columns) and all(map(math.isfinite, comparison.ours))
-    assert tables["effects"]["holds in ours"].dtype == bool
+    effects = tables["effects"]
+    assert set(effects.verdict) <= {"holds", "does not hold", "within noise"}
+    assert (effects["ci low"] <= effects["our change"]).all() and (effects["our change"] <= effects["ci high"]).all()
+    assert run["headline"] and all(math.isfinite(h["value"]) for h in run["headline"].values())
+    for name in run.get("artifacts", []):
+        assert json.loads((out / name).read_text())
     for name in run["figures"]:
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000
         assert (out / "figures" / f"{name}.svg").is_file()
@@ -86,7 +91,7 @@ def test_rerun_with_same_code_and_parameters_is_skipped(smoke_run):
         assert reproduce.run_notebook(notebook, "smoke", {}) == "skipped"
 
 
-def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path):
+def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkeypatch):
     """Re-execute the executed notebook with pytest-notebook and diff it against the first run."""
     notebook, results, _ = smoke_run
     out = results / "smoke" / notebook.stem
@@ -101,8 +106,10 @@ def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path):
     text = ("/cells/*/outputs/*/text", "/cells/*/outputs/*/data/text/plain")
     volatile = [
         r"(?m)^.*(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|[EWI]0000 |absl::InitializeLog).*\n?",  # TF start-up logs
-        r"\(\d+\.\d+ steps/s\)", r"\d+\.\ds\)", r"written to \S+",
+        r"\(\d+\.\d+ steps/s\)", r"\d+\.\ds\)", r"written to \S+", r"(?m)^\[model cache\].*\n?",
     ]
+    # a fresh model cache, so the re-run trains (and prints) exactly what the first run did
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
     fixture = NBRegressionFixture(
         exec_timeout=900, exec_cwd=str(REPO_ROOT / "notebooks"),
         diff_ignore=("/metadata", "/cells/*/metadata", "/cells/*/execution_count",

@@ -1,45 +1,76 @@
 """The exported personal model trains through the TFLite interpreter (Flex delegate) exactly as in
-TensorFlow, and its save/restore signatures round-trip the weights."""
+TensorFlow, for any task's signature, and its save/restore signatures round-trip the weights."""
 import numpy as np
 import pytest
+import tf_keras as keras
 
-from ondevice.device import tflite
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
+from ondevice.device import tflite
 from ondevice.models import lstm_lm
-from ondevice.training.trainer import seed_everything
+from ondevice.tasks.classification import ClassificationTask
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.trainer import Hook, seed_everything
 
 
 @pytest.fixture(scope="module")
-def exported():
+def next_word():
     seed_everything(0)
     sents = sentences("To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer. " * 5)
     vocab = Vocabulary.from_sentences(sents, 20)
     samples = build_samples(sents, vocab, 4)
-    model = lstm_lm.build(vocab.input_size, vocab.size, 8, 12)
-    # batches of different lengths: the exported signatures take any batch and sequence length
+    model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=0)
+    # batches of different shapes: the exported signatures take any batch and sequence length
     batches = [samples.padded(np.arange(i, i + n)) for i, n in ((0, 4), (4, 3), (10, 5))]
     assert len({x.shape for x, _ in batches}) == 3
-    return model, batches
+    return model, NextWordTask(), batches
 
 
-def test_tflite_training_gives_the_same_losses_as_tensorflow(exported):
-    model, batches = exported
-    result = tflite.compare_training(model, 0.01, batches)
+def test_tflite_training_matches_tensorflow_and_really_trains(next_word):
+    model, task, batches = next_word
+    before = model(batches[0][0]).numpy()
+    same_batch = [batches[0]] * 4  # the loss on one repeated batch falls only if the weights change
+    result = tflite.compare_training(model, task, 0.05, same_batch)
     np.testing.assert_allclose(result["tflite"], result["tensorflow"], rtol=1e-5)
-    assert result["tflite"][-1] != result["tflite"][0]  # the weights really changed between steps
+    assert all(b < a for a, b in zip(result["tflite"], result["tflite"][1:]))
+    np.testing.assert_allclose(result["outputs_tflite"], result["outputs_tensorflow"], atol=1e-5)
+    assert not np.allclose(result["outputs_tflite"], before, atol=1e-3)
+    np.testing.assert_array_equal(model(batches[0][0]).numpy(), before)  # the model itself is untouched
 
 
-def test_infer_matches_keras_and_save_restore_round_trips(exported, tmp_path):
-    model, batches = exported
-    flatbuffer = tflite.convert(tflite.TrainableModel(model, 0.01))
+def test_infer_matches_keras_and_save_restore_round_trips(next_word, tmp_path):
+    model, task, batches = next_word
+    flatbuffer = tflite.convert(tflite.TrainableModel(model, task, 0.01))
     trained = tflite.interpreter(flatbuffer)
-    x = batches[0][0]
-    np.testing.assert_allclose(trained.get_signature_runner("infer")(tokens=x)["logits"], model(x).numpy(), atol=1e-5)
-    tflite.train_on_device(trained, batches)
-    after = trained.get_signature_runner("infer")(tokens=x)["logits"]
+    x = batches[1][0]
+    np.testing.assert_allclose(tflite.infer_on_device(trained, task, x), model(x).numpy(), atol=1e-5)
+    tflite.train_on_device(trained, task, batches)
+    after = tflite.infer_on_device(trained, task, x)
     assert not np.allclose(after, model(x).numpy())
     ckpt = str(tmp_path / "personal.ckpt")
     trained.get_signature_runner("save")(checkpoint_path=np.array(ckpt.encode()))
     fresh = tflite.interpreter(flatbuffer)
     fresh.get_signature_runner("restore")(checkpoint_path=np.array(ckpt.encode()))
-    np.testing.assert_allclose(fresh.get_signature_runner("infer")(tokens=x)["logits"], after, atol=1e-6)
+    np.testing.assert_allclose(tflite.infer_on_device(fresh, task, x), after, atol=1e-6)
+
+
+def test_a_classification_task_exports_with_its_own_signature_and_hooks():
+    """An image classifier: float images in, class ids as labels; with a hook that trains only
+    the last layer, on device as in TensorFlow."""
+    seed_everything(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 3, size=8).astype("int32")
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, name="conv"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, name="head")])
+
+    class HeadOnly(Hook):
+        def trainable(self, m, variables):
+            return list(m.get_layer("head").trainable_variables)
+
+    task = ClassificationTask((8, 8, 1), 3)
+    result = tflite.compare_training(model, task, 0.1, [(x, y)] * 3, optimizer="sgd", hooks=[HeadOnly()])
+    np.testing.assert_allclose(result["tflite"], result["tensorflow"], rtol=1e-5)
+    assert result["tflite"][-1] < result["tflite"][0]
+    interp = tflite.interpreter(result["flatbuffer"])
+    inputs = interp.get_signature_runner("train").get_input_details()
+    assert set(inputs) == {"inputs", "labels"}

@@ -9,6 +9,7 @@ output vocabulary is the words only.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -81,6 +82,13 @@ class Samples:
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+    def digest(self) -> str:
+        """sha256 of the samples' content: equal samples, equal digest."""
+        h = hashlib.sha256()
+        for a in (self.inputs, self.labels, self.offsets, self.n_context, self.word_len, self.target):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
 
     def padded(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Inputs and labels of the chosen samples, right-padded with 0 to the longest of them.

@@ -4,6 +4,7 @@ the DeepType notebooks train it once per machine, not once each)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ MODEL_PRESETS = {
 }
 # What decides the global model's weights: its cache key holds these fields, the seed, the split,
 # the data's checksums and the code that trains it.
+TRAINING_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
 GLOBAL_FIELDS = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers", "context_words",
                  "crowd_max_words", "global_epochs", "global_batch_size", "global_learning_rate", "optimizer")
 
@@ -194,7 +196,9 @@ def global_model(params: DeepTypeParams, corpus: Corpus, seed: int, log=print) -
         return model.get_weights(), {"history": history}
 
     fields = {name: getattr(params, name) for name in GLOBAL_FIELDS}
-    fields.update(seed=seed, split=corpus.split.digest)
-    data = [a.sha256 for a in corpus.manifest.artifacts]
-    code = model_cache.code_digest(provenance.module_files(__name__))
+    fields.update(seed=seed, k=params.k)
+    # the crowd's samples themselves (text, vocabulary, split), and the code of the training loop
+    data = [a.sha256 for a in corpus.manifest.artifacts] + [corpus.crowd_samples.digest()]
+    code = model_cache.code_digest([f for m in TRAINING_CODE for f in provenance.module_files(m)],
+                                   extra=inspect.getsource(global_model))
     return model_cache.load_or_train("deeptype_global", fields, data, code, train, log)

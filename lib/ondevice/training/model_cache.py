@@ -28,9 +28,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("ONDEVICE_MODEL_CACHE", Path.home() / ".cache" / "ondevice-models"))
 
 
-def code_digest(files: list[Path]) -> str:
-    """Hash of source files (relative path and bytes), in sorted order."""
-    digest = hashlib.sha256()
+def code_digest(files: list[Path], extra: str = "") -> str:
+    """Hash of source files (relative path and bytes), in sorted order, and of `extra` source."""
+    digest = hashlib.sha256(extra.encode())
     for f in sorted(set(Path(p).resolve() for p in files)):
         try:
             name = str(f.relative_to(REPO_ROOT))

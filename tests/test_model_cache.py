@@ -1,0 +1,53 @@
+import json
+
+import numpy as np
+import pytest
+
+from ondevice.training import model_cache
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
+    return tmp_path / "models"
+
+
+def trainer(calls, value=1.0):
+    def train():
+        calls.append(1)
+        return [np.full((2, 3), value, np.float32), np.arange(4)], {"history": [{"epoch": 1, "loss": 0.5}]}
+    return train
+
+
+def test_trains_once_then_reuses_the_same_weights(cache):
+    calls = []
+    first = model_cache.load_or_train("m", {"units": 4}, ["abc"], "code1", trainer(calls), log=lambda _: None)
+    second = model_cache.load_or_train("m", {"units": 4}, ["abc"], "code1", trainer(calls, 2.0), log=lambda _: None)
+    assert calls == [1] and not first.hit and second.hit
+    for a, b in zip(first.weights, second.weights):
+        np.testing.assert_array_equal(a, b)
+    assert second.info["history"] == [{"epoch": 1, "loss": 0.5}] and second.info["train_seconds"] >= 0
+
+
+@pytest.mark.parametrize("change", [dict(fields={"units": 5}), dict(data=["abd"]), dict(code="code2")])
+def test_any_change_of_fields_data_or_code_trains_again(cache, change):
+    calls = []
+    base = dict(fields={"units": 4}, data=["abc"], code="code1")
+    model_cache.load_or_train("m", **base, train=trainer(calls), log=lambda _: None)
+    entry = model_cache.load_or_train("m", **{**base, **change}, train=trainer(calls), log=lambda _: None)
+    assert calls == [1, 1] and not entry.hit
+
+
+def test_interrupted_training_leaves_no_entry_and_a_corrupt_entry_is_retrained(cache):
+    def boom():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        model_cache.load_or_train("m", {}, [], "c", boom, log=lambda _: None)
+    assert not cache.exists() or not any(cache.iterdir())
+    calls = []
+    entry = model_cache.load_or_train("m", {}, [], "c", trainer(calls), log=lambda _: None)
+    (entry.path / "weights.npz").write_bytes(b"not a zip")
+    again = model_cache.load_or_train("m", {}, [], "c", trainer(calls), log=lambda _: None)
+    assert calls == [1, 1] and not again.hit
+    assert json.loads((again.path / "info.json").read_text())["key"] == again.key
