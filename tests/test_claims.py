@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.results import claims, record
+from ondevice.results import claims
 
 PAPER = claims.Paper("someone 2018", (claims.PaperNumber("before", 0.5, "T1"), claims.PaperNumber("after", 0.6, "T1")),
                      (claims.Effect("training helps", "after", "before"),))
@@ -141,26 +141,3 @@ def test_headline_tolerance_is_three_standard_errors_of_a_difference_of_means():
     table = claims.headline_table({"top-3-eff": h, "one": claims.headline([0.5])})
     assert list(table.columns) == ["name", "value", "tolerance", "seeds", "per-seed values"]
     assert table.seeds.tolist() == [3, 1] and table["per-seed values"][0] == "0.4, 0.42, 0.44"
-
-
-def test_save_writes_everything_and_leaves_no_temporary_files(tmp_path):
-    result = record.Result("x", {"scale": "smoke", "seed": 0}, {"t": pd.DataFrame({"a": [1]})}, [], None, 1.0,
-                           models={"m.tflite": b"\x00\x01"})
-    out = result.save(tmp_path / "out")
-    assert (out / "tables" / "t.csv").read_text().strip() == "a\n1"
-    assert (out / "models" / "m.tflite").read_bytes() == b"\x00\x01"
-    assert (out / "run.json").stat().st_mode & 0o044  # readable by others: results are published
-    assert not list(out.rglob(".*.tmp"))
-
-
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
-    target = tmp_path / "run.json"
-    target.write_text("old")
-
-    def fail(path):
-        path.write_text("half")
-        raise OSError("disk full")
-
-    with pytest.raises(OSError):
-        record.atomic_write(target, fail)
-    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
