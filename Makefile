@@ -7,17 +7,18 @@ SCALE ?= default
 NOTEBOOK ?=
 FORCE ?=
 PARAMS ?= {}
+REFETCH ?=
 KERNEL := ondevice
 # A local copy of the data laid out like the official releases (tests and CI use ../shared/data).
 ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup reproduce test data lab clean clean-results distclean lock
+.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
-	@echo "  variables: SCALE=smoke|default|paper  NOTEBOOK=<name>  FORCE=1  PARAMS='{\"seed\": 1}'"
+	@echo "  variables: SCALE=smoke|default|paper  NOTEBOOK=<name>  FORCE=1  PARAMS='{\"seed\": 1}'  REFETCH=1 (data: fetch again)"
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -29,11 +30,16 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, register the Jupyter kernel
 
-data: setup ## fetch and verify the data sets that SCALE needs
-	$(PY) -m ondevice.data --scale $(SCALE)
+data: setup ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
+	$(PY) -m ondevice.data --scale $(SCALE) $(if $(REFETCH),--refetch)
 
-reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/
-	$(PY) -m ondevice.results.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+RUNNER = $(PY) -m ondevice.results.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+
+reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/; numbers beside the published ones
+	$(RUNNER)
+
+verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance
+	$(RUNNER) --verify
 
 test: setup ## unit tests and a papermill run of every notebook at smoke scale
 	$(PY) -m pytest -q

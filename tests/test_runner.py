@@ -1,0 +1,273 @@
+"""The runner behind `make reproduce`/`make verify` and the provenance it records: what is skipped,
+how numbers are compared with the published ones, and which files a notebook's results depend on."""
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ondevice import REPO_ROOT
+from ondevice.results import provenance, runner
+
+
+def headline(value, tolerance=None, resolution=0.0):
+    return {"value": value, "per_seed": [value], "tolerance": tolerance, "resolution": resolution}
+
+
+def has_git() -> bool:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+# --- published vs this run ---------------------------------------------------------------------
+
+def test_compare_headlines_verdicts():
+    published = {"headline": {"top3": headline(0.50, 0.01), "far": headline(0.50, 0.01),
+                              "one_seed": headline(0.40), "gone": headline(0.30, 0.05)}}
+    this = {"headline": {"top3": headline(0.505), "far": headline(0.52), "one_seed": headline(0.41),
+                         "extra": headline(1.0)}}
+    rows = {r["name"]: r for r in runner.compare_headlines(published, this)}
+    assert [r for r in rows] == ["top3", "far", "one_seed", "gone", "extra"]
+    assert rows["top3"]["verdict"] == "agrees" and rows["top3"]["difference"] == pytest.approx(0.005)
+    assert rows["far"]["verdict"] == "DIFFERS"
+    assert rows["one_seed"]["verdict"] == "no tolerance" and rows["one_seed"]["tolerance"] is None
+    assert rows["gone"]["verdict"] == "MISSING" and rows["gone"]["this"] is None  # this run lacks it
+    assert rows["extra"]["verdict"] == "new" and rows["extra"]["published"] is None
+    assert runner.differs(list(rows.values()))
+    assert not runner.differs([rows["top3"], rows["one_seed"], rows["extra"]])
+
+
+def test_tolerance_is_never_tighter_than_the_resolution_and_boundaries_agree():
+    published = {"headline": {"a": headline(0.5, 0.0, resolution=0.01), "b": headline(0.461, 0.001)}}
+    rows = runner.compare_headlines(published, {"headline": {"a": headline(0.51), "b": headline(0.460)}})
+    assert [r["verdict"] for r in rows] == ["agrees", "agrees"]  # 0.461 - 0.460 is 0.0010000000000000009
+
+
+def test_no_published_headline_gives_no_rows():
+    assert runner.compare_headlines({}, {"headline": {}}) == []
+    assert runner.compare_headlines({"headline": {}}, {}) == []
+
+
+def test_table_and_summary_name_what_differs():
+    rows = runner.compare_headlines({"headline": {"top-3-eff": headline(0.5, 0.01)}},
+                                    {"headline": {"top-3-eff": headline(0.6)}})
+    table = runner.format_rows(rows)
+    assert "published" in table and "this run" in table and "|difference|" in table and "DIFFERS" in table
+    text = runner.summary({"nb_a": rows, "nb_b": None}, verify=False)
+    assert "DIFFER" in text and "nb_a" in text and "make verify would fail" in text
+    assert "nothing published" in text and "nb_b" in text
+
+
+@pytest.mark.skipif(not has_git(), reason="needs a git checkout")
+def test_published_is_the_run_json_at_git_head():
+    final = REPO_ROOT / "results" / "default" / "deeptype_top3eff"
+    committed = subprocess.run(["git", "cat-file", "-e", "HEAD:results/default/deeptype_top3eff/run.json"],
+                               cwd=REPO_ROOT).returncode == 0
+    if not committed:
+        pytest.skip("no committed default result")
+    published, source = runner.published_run(final, replaced={"headline": {}})
+    assert source == "git HEAD" and published["experiment"] == "deeptype_top3eff"
+
+
+def test_published_falls_back_to_the_replaced_result_outside_git(tmp_path):
+    assert runner.published_run(tmp_path / "nb", replaced={"x": 1}) == ({"x": 1}, "the result this run replaced (not committed)")
+    assert runner.published_run(tmp_path / "nb", replaced=None) == (None, "")
+
+
+@pytest.fixture
+def fake_runs(tmp_path, monkeypatch):
+    """main() over one notebook whose 'run' writes a run.json with the given headline."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "nb.ipynb").write_text("{}")
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    final = tmp_path / "results" / "smoke" / "nb"
+
+    def publish(value):
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "run.json").write_text(json.dumps({"headline": {"top3": headline(value, 0.01)}}))
+
+    def main(value, *flags):
+        def run_notebook(notebook, scale, params, force=False):
+            final.mkdir(parents=True, exist_ok=True)
+            (final / "run.json").write_text(json.dumps({"headline": {"top3": headline(value)}}))
+            return "complete"
+
+        monkeypatch.setattr(runner, "run_notebook", run_notebook)
+        return runner.main(["--scale", "smoke", "--notebooks-dir", str(notebooks), *flags])
+
+    return publish, main
+
+
+def test_reproduce_reports_differences_but_verify_fails_on_them(fake_runs, capsys):
+    publish, main = fake_runs
+    publish(0.50)
+    assert main(0.60) == 0
+    out = capsys.readouterr().out
+    assert "published vs this run" in out and "DIFFERS" in out and "NUMBERS DIFFER" in out and "nb" in out
+    publish(0.50)
+    assert main(0.60, "--verify") == runner.EXIT_DIFFERS
+    publish(0.50)
+    assert main(0.505, "--verify") == 0
+    assert "agree" in capsys.readouterr().out
+
+
+def test_nothing_published_is_said_and_verify_passes(fake_runs, capsys):
+    _, main = fake_runs
+    assert main(0.5, "--verify") == 0
+    assert "nothing published for this scale" in capsys.readouterr().out
+
+
+# --- completion marker: only results this checkout produced are skipped --------------------------
+
+def writing_notebook(path: Path, value: float) -> None:
+    """A notebook that writes a run.json as result.save would, without the experiment code."""
+    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    run = {"experiment": "tiny", "headline": {"x": headline(value)}}
+    body = nbformat.v4.new_code_cell(
+        f"import json, pathlib\npathlib.Path(out_dir, 'run.json').write_text(json.dumps({run!r}))")
+    nb = nbformat.v4.new_notebook(cells=[params, body])
+    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_only_results_this_checkout_completed_are_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    notebook = tmp_path / "tiny.ipynb"
+    writing_notebook(notebook, 0.5)
+    final = tmp_path / "results" / "smoke" / "tiny"
+
+    assert runner.run_notebook(notebook, "smoke", {}) == "complete"
+    marker = json.loads((final / runner.MARKER).read_text())
+    run = json.loads((final / "run.json").read_text())
+    assert marker["key"] == run["notebook"]["key"] and run["notebook"]["status"] == "complete"
+    assert (final / "tiny.html").is_file() and not list(final.parent.glob(".staging-*"))
+    assert runner.run_notebook(notebook, "smoke", {}) == "skipped"
+
+    # A fresh clone has the committed run.json, with the same key, but never the marker: it re-runs.
+    (final / runner.MARKER).unlink()
+    assert not runner.is_up_to_date(final, run["notebook"]["key"])
+    assert runner.run_notebook(notebook, "smoke", {}) == "complete"
+    assert runner.run_notebook(notebook, "smoke", {"value": 1}) == "complete"  # other parameters
+
+
+@pytest.mark.skipif(not has_git(), reason="needs a git checkout")
+def test_completion_marker_is_git_ignored():
+    path = "results/default/some_notebook/.complete.json"
+    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO_ROOT).returncode == 0
+    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", "results/default/some_notebook/run.json"],
+                          cwd=REPO_ROOT).returncode == 1
+
+
+# --- which files a notebook's results depend on -------------------------------------------------
+
+def test_code_files_of_the_deeptype_notebook():
+    notebook = REPO_ROOT / "notebooks" / "deeptype_top3eff.ipynb"
+    files = {p.relative_to(REPO_ROOT).as_posix() for p in provenance.code_files(notebook)}
+    assert {"lib/ondevice/__init__.py", "lib/ondevice/experiments/__init__.py",
+            "lib/ondevice/experiments/deeptype_top3eff.py", "lib/ondevice/params.py",
+            "data_manifests/shakespeare.yaml", "requirements.lock", "pyproject.toml"} <= files
+    assert "lib/ondevice/results/runner.py" not in files and "lib/ondevice/data/__main__.py" not in files
+    experiment = REPO_ROOT / "lib" / "ondevice" / "experiments" / "deeptype_top3eff.py"
+    assert set(provenance.module_files("ondevice.experiments.deeptype_top3eff")) <= set(provenance.code_files(notebook))
+    assert experiment in provenance.module_files("ondevice.experiments.deeptype_top3eff")
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def fake_repo(tmp_path):
+    """A repository root with a small `ondevice` package, manifests and a notebook."""
+    lib = tmp_path / "lib" / "ondevice"
+    write(lib / "__init__.py", "")
+    write(lib / "a" / "__init__.py", "")
+    write(lib / "a" / "used.py", "from ..b import helper\nfrom . import sibling\nfrom .. import pkg\n"
+                                 "DATASET = 'toy'\n")
+    write(lib / "a" / "sibling.py", "def f():\n    from ondevice.lazy import thing\n")
+    write(lib / "b" / "__init__.py", "")
+    write(lib / "b" / "helper.py", "from .deep import x\n")
+    write(lib / "b" / "deep.py", "x = 1\n")
+    write(lib / "pkg" / "__init__.py", "from .inner import *\n")
+    write(lib / "pkg" / "inner.py", "")
+    write(lib / "lazy.py", "thing = 1\n")
+    write(lib / "unrelated" / "__init__.py", "")
+    write(lib / "unrelated" / "colla.py", "import numpy\nNAME = 'other'\n")
+    write(tmp_path / "data_manifests" / "toy.yaml", "name: toy\n")
+    write(tmp_path / "data_manifests" / "other.yaml", "name: other\n")
+    write(tmp_path / "requirements.lock", "numpy==1\n")
+    write(tmp_path / "pyproject.toml", "[project]\n")
+    cells = [nbformat.v4.new_code_cell("%matplotlib inline\n!ls\nimport numpy\nfrom ondevice.a import used")]
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "notebooks" / "nb.ipynb")
+    return tmp_path
+
+
+def test_code_files_follow_imports_transitively(fake_repo):
+    files = {p.relative_to(fake_repo).as_posix() for p in provenance.code_files(fake_repo / "notebooks" / "nb.ipynb", fake_repo)}
+    lib = "lib/ondevice/"
+    assert files == {lib + f for f in ("__init__.py", "a/__init__.py", "a/used.py", "a/sibling.py", "b/__init__.py",
+                                       "b/helper.py", "b/deep.py", "pkg/__init__.py", "pkg/inner.py", "lazy.py")} | {
+        "data_manifests/toy.yaml", "requirements.lock", "pyproject.toml"}
+
+
+def test_fingerprint_changes_only_with_what_the_notebook_uses(fake_repo):
+    notebook = fake_repo / "notebooks" / "nb.ipynb"
+    lib = fake_repo / "lib" / "ondevice"
+    before = provenance.fingerprint(notebook, fake_repo)
+    write(lib / "unrelated" / "colla.py", "NAME = 'changed'\n")
+    write(lib / "unrelated" / "new_module.py", "x = 2\n")
+    write(fake_repo / "data_manifests" / "other.yaml", "name: other, changed\n")
+    assert provenance.fingerprint(notebook, fake_repo) == before
+    for changed in (lib / "b" / "deep.py", fake_repo / "data_manifests" / "toy.yaml", fake_repo / "requirements.lock"):
+        original = changed.read_text()
+        changed.write_text(original + "# changed\n")
+        assert provenance.fingerprint(notebook, fake_repo) != before, changed
+        changed.write_text(original)
+    assert provenance.fingerprint(notebook, fake_repo) == before
+
+
+# --- git state and the machine ------------------------------------------------------------------
+
+@pytest.mark.skipif(not has_git(), reason="needs a git checkout")
+def test_git_state_covers_only_the_given_paths(tmp_path):
+    assert provenance.git_state(["lib/ondevice/no_such_module.py"])["dirty"] is False
+    assert provenance.git_state([tmp_path / "outside.py"])["dirty"] is None
+    untracked = REPO_ROOT / "tests" / "_untracked_by_test_runner.py"
+    try:
+        untracked.write_text("")
+        state = provenance.git_state([untracked])
+        assert state["dirty"] is True and len(state["commit"]) == 40
+    finally:
+        untracked.unlink()
+
+
+def test_environment_takes_the_dirty_flag_from_the_notebooks_code(monkeypatch):
+    seen = []
+    monkeypatch.setattr(provenance, "git_state", lambda paths=None: seen.append(paths) or {"commit": None, "dirty": None})
+    fake_tf = types.SimpleNamespace(config=types.SimpleNamespace(list_physical_devices=lambda kind: []))
+    monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
+    env = provenance.environment("deeptype_top3eff")
+    notebook = REPO_ROOT / "notebooks" / "deeptype_top3eff.ipynb"
+    assert seen[-1] == [notebook, *provenance.code_files(notebook)]
+    provenance.environment("no_such_notebook")
+    assert seen[-1] is None  # falls back to CODE_PATHS
+    assert {"cpu_flags", "onednn", "note"} <= set(env["determinism"])
+
+
+def test_cpu_flags_and_onednn(monkeypatch):
+    info = provenance.cpu_info("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f "
+                               "amx_tile\n\nprocessor\t: 1\nmodel name\t: Other\n")
+    assert info == {"model": "Some CPU", "flags": ["sse4_2", "avx", "avx2", "fma", "avx512f", "amx_tile"]}
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert provenance.onednn_enabled() is False and provenance.determinism()["onednn"] is False
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    assert provenance.onednn_enabled() is True
