@@ -14,7 +14,7 @@ ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock
+.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock publish browser
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -41,8 +41,24 @@ reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/S
 verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance
 	$(RUNNER) --verify
 
-test: setup ## unit tests and a papermill run of every notebook at smoke scale
+test: setup browser ## unit tests and a papermill run of every notebook at smoke scale
 	$(PY) -m pytest -q
+
+# Debian's chromium for the browser test of the site (Playwright drives it; it cannot download
+# browsers here). Installed with apt-get when missing and apt is usable (root, or sudo without a
+# password); otherwise the browser test is skipped and says why.
+CHROMIUM ?= /usr/bin/chromium
+export ONDEVICE_CHROMIUM := $(CHROMIUM)
+browser: ## install Debian's chromium (apt) for the site's browser test, when it is missing
+	@if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then echo "[browser] no apt-get here: the browser test will be skipped"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else echo "[browser] apt-get needs root or password-less sudo: the browser test will be skipped"; exit 0; fi; \
+	echo "[browser] installing chromium with apt-get"; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
+
+publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
+	$(PY) -m ondevice.results.publish --scale $(SCALE) --out site/$(SCALE)
 
 lab: setup ## start JupyterLab with the suite's kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=. --IdentityProvider.token="$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}" $(if $(filter 0,$(shell id -u)),--allow-root)

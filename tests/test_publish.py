@@ -1,0 +1,260 @@
+"""The published site: built from stored results only, offline, robust to incomplete results, and
+checked in a real headless browser (Debian's chromium driven by Playwright)."""
+import base64
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+from PIL import Image, ImageDraw, ImageStat
+
+from ondevice.results import publish
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "results" / "default"
+CHROMIUM = Path(os.environ.get("ONDEVICE_CHROMIUM") or "/usr/bin/chromium")
+EXTERNAL = re.compile(r"""<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.I)
+
+
+@pytest.fixture(scope="module")
+def committed_site(tmp_path_factory):
+    """The site of the committed default results; SUMMARY.md goes to a temporary file, not results/."""
+    out = tmp_path_factory.mktemp("site")
+    entries = publish.build(COMMITTED, out / "default", summary_path=out / "SUMMARY.md", scale="default")
+    return out / "default", out / "SUMMARY.md", entries
+
+
+def _png(path: Path, size=(360, 240), text="figure") -> bytes:
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    for i in range(0, size[0], 24):
+        draw.line([(i, size[1] - 20), (i + 12, 20 + (i * 7) % (size[1] - 40))], fill=(200, 60, 80), width=3)
+    draw.text((10, 5), text, fill="black")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """A results tree with a complete fake experiment whose text carries HTML, one whose run.json has
+    nothing but its name, one whose fields all have the wrong type and one whose run.json is not JSON."""
+    root = tmp_path_factory.mktemp("synthetic")
+    results, experiments = root / "results" / "fake", root / "experiments"
+    experiments.mkdir(parents=True)
+    (experiments / "alpha.py").write_text(
+        '"""Alpha: does <b>it</b> hold?"""\nfrom x import claims\nNAME = "alpha"\n'
+        'PAPER = claims.Paper(\n    citation="Doe et al., <Alpha & Co>, "\n             "Venue 2020, Table 1",\n'
+        '    numbers=(),\n    effects=(claims.Effect("tricks <help>", "a", "b"),\n'
+        '             claims.Effect(claim="more | data", better="c", worse="d")),\n)\n')
+    alpha = results / "alpha"
+    png = _png(alpha / "figures" / "curve.png")
+    (alpha / "figures" / "curve.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>')
+    (alpha / "tables").mkdir(parents=True)
+    rows = [{"effect": "tricks <help>", "paper change": 0.1, "our change": 0.02, "ci low": 0.01, "ci high": 0.03,
+             "users": 12, "seeds": 3, "verdict": "holds", "level": 0.95},
+            {"effect": "more | data", "paper change": 0.05, "our change": -0.01, "ci low": -0.04, "ci high": 0.02,
+             "users": 12, "seeds": 3, "verdict": "within noise", "level": 0.95}]
+    with (alpha / "tables" / "effects.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Alpha <b>bold</b> & friends\n\nText."),
+                nbformat.v4.new_code_cell("plot()", outputs=[nbformat.v4.new_output(
+                    "display_data", data={"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"})])]
+    nbformat.write(nb, alpha / "alpha.ipynb")
+    (alpha / "run.json").write_text(json.dumps({
+        "experiment": "alpha", "scale": "fake", "params": {"k": 3, "note": "<i>x</i>"}, "wall_time_s": 75.0,
+        "stand_in_data": "<img src=x onerror=alert(1)> stands in for private logs.",
+        "data": [{"name": "toy<data>", "license": "MIT", "artifacts": [{"file": "t.tgz", "sha256": "ab" * 32}]}],
+        "headline": {"score": {"value": 0.5, "per_seed": [0.4, 0.5, 0.6], "tolerance": 0.1, "resolution": 0.0}},
+        "environment": {"git": {"commit": "0123456789abcdef", "dirty": True}, "packages": {"numpy": "1"}},
+        "notebook": {"status": "complete", "wall_time_s": 80.5}}))
+    (results / "beta").mkdir()
+    (results / "beta" / "run.json").write_text(json.dumps({"experiment": "beta"}))
+    (results / "delta").mkdir()  # every field of the wrong type
+    (results / "delta" / "run.json").write_text(json.dumps({
+        "experiment": "../../delta", "data": 5, "headline": {"x": 3, "y": {"value": "n/a", "per_seed": 2}},
+        "params": [1], "environment": {"packages": [1], "git": "abc"}, "notebook": {"status": None},
+        "stand_in_data": True, "wall_time_s": "slow"}))
+    (results / "gamma #1").mkdir()
+    (results / "gamma #1" / "run.json").write_text("{not json")
+    site, summary = root / "site" / "fake", root / "SUMMARY.md"
+    entries = publish.build(results, site, summary_path=summary, experiments_dir=experiments)
+    return site, summary, entries
+
+
+def _summary_rows(text: str) -> list[list[str]]:
+    """The cells of SUMMARY.md's table, without the header, Markdown escapes undone."""
+    rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in text.splitlines() if line.startswith("| ")]
+    return [[re.sub(r"\\(.)", r"\1", c.strip()) for c in r] for r in rows[1:]]
+
+
+def test_summary_reports_every_effect_of_the_committed_results(committed_site):
+    site, summary, entries = committed_site
+    assert [e.slug for e in entries] == sorted(p.parent.name for p in COMMITTED.glob("*/run.json"))
+    expected = []
+    for effects in sorted(COMMITTED.glob("*/tables/effects.csv")):
+        with effects.open(newline="") as f:
+            for row in csv.DictReader(f):
+                expected.append((effects.parents[1].name, row))
+    rows = _summary_rows(summary.read_text())
+    assert len(rows) == len(expected) >= 1
+    for (name, row), cells in zip(expected, rows):
+        assert f"[{name}]({name}/)" == cells[1] and row["effect"] == cells[2]
+        assert cells[3] == f"{float(row['paper change']):+.1%}" and cells[4] == f"{float(row['our change']):+.1%}"
+        if row.get("ci low"):
+            assert cells[5].startswith(f"{float(row['ci low']):+.1%} to {float(row['ci high']):+.1%}")
+        assert cells[7] == (row.get("verdict") or "-")
+    assert (site / "SUMMARY.md").read_text() == summary.read_text()
+
+
+def test_committed_site_has_every_page_and_loads_nothing_from_the_network(committed_site):
+    site, _, entries = committed_site
+    for e in entries:
+        page = (site / e.slug / "index.html").read_text()
+        assert (site / e.slug / "notebook.html").is_file() and (site / e.slug / "run.json").is_file()
+        for fig in (COMMITTED / e.slug / "figures").glob("*.png"):
+            assert f'src="figures/{fig.name}"' in page and (site / e.slug / "figures" / fig.name).is_file()
+        if e.stand_in:
+            assert "stand-in data" in page
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert not EXTERNAL.search(text), f"{page.name} loads something from another host"
+        assert "require.js" not in text and "MathJax.js" not in text and "<script src" not in text
+
+
+def test_incomplete_results_publish_with_dashes_and_text_is_escaped(synthetic):
+    site, summary, entries = synthetic
+    assert [e.slug for e in entries] == ["alpha", "beta", "delta", "gamma #1"]
+    alpha = entries[0]
+    assert alpha.citation == "Doe et al., <Alpha & Co>, Venue 2020, Table 1"
+    assert alpha.claims == ["tricks <help>", "more | data"] and alpha.verdict == "1 holds, 1 within noise"
+    index = (site / "index.html").read_text()
+    assert "Doe et al., &lt;Alpha &amp; Co&gt;" in index and "<Alpha" not in index
+    assert "&lt;img src=x" not in index  # the stand-in text is on the experiment page, labelled on the index
+    page = (site / "alpha" / "index.html").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
+    assert "toy&lt;data&gt;" in page and "&lt;i&gt;x&lt;/i&gt;" in page and "1 min 20 s" in page
+    assert "Alpha &lt;b&gt;bold&lt;/b&gt; &amp; friends" in index  # the notebook's title, as text
+    assert 'href="gamma%20%231/index.html"' in index  # a folder name is URL-quoted in links
+    assert "n/a" in (site / "delta" / "index.html").read_text()  # the one headline that is a record
+    for name in ("beta", "gamma #1"):
+        page = (site / name / "index.html").read_text()
+        assert "no effects table" in page and "no headline numbers" in page
+        assert not (site / name / "notebook.html").exists()
+    beta_row = index.split('href="beta/index.html"', 1)[1].split("</tr>", 1)[0]
+    assert beta_row.count(">-<") >= 3  # status, verdict, wall time
+    rows = _summary_rows(summary.read_text())
+    assert "tricks \\<help\\>" in summary.read_text()  # no raw HTML in the Markdown
+    assert [r[2] for r in rows] == ["tricks <help>", "more | data"] and [r[7] for r in rows] == ["holds", "within noise"]
+    assert rows[0][5] == "+1.0% to +3.0% (95%)" and rows[0][6] == "12 x 3" and rows[0][8] == "stand-in"
+
+
+def test_an_empty_results_directory_publishes_an_index_and_a_missing_one_is_an_error(tmp_path):
+    (tmp_path / "results").mkdir()
+    publish.build(tmp_path / "results", tmp_path / "site", summary_path=tmp_path / "S.md", scale="smoke")
+    assert "No results in" in (tmp_path / "site" / "index.html").read_text()
+    assert "No claimed effects" in (tmp_path / "S.md").read_text()
+    assert publish.main(["--results", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 1
+
+
+def _apt_usable() -> bool:
+    if not shutil.which("apt-get"):
+        return False
+    return os.geteuid() == 0 or subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+
+
+def _chromium() -> str:
+    if CHROMIUM.is_file():
+        return str(CHROMIUM)
+    if _apt_usable():
+        pytest.fail(f"{CHROMIUM} is missing though apt-get is usable here: `make browser` (part of `make test`) installs it")
+    pytest.skip(f"no browser: {CHROMIUM} is missing and apt-get is not available (or needs a password) to install "
+                "Debian's chromium; set ONDEVICE_CHROMIUM to a Chromium binary to run this test")
+
+
+def _check_site(browser, site: Path) -> dict:
+    """Visit every page reachable from index.html; return what went wrong and what was seen."""
+    root = site.resolve()
+    problems, seen, images = [], set(), 0
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    current = {"url": ""}
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console error on {current['url']}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error on {current['url']}: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed on {current['url']}: {r.url} {r.failure}"))
+
+    def only_local(route):
+        if route.request.url.startswith(("file:", "data:")):
+            route.continue_()
+        else:
+            problems.append(f"network request from {current['url']}: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", only_local)
+    queue = [root / "index.html"]
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        current["url"] = str(path.relative_to(root))
+        page.goto(path.as_uri(), wait_until="load")
+        links = page.eval_on_selector_all("a[href]", "els => els.map(a => a.href)")
+        ids = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
+        for href in links:
+            url = urlparse(href)
+            if url.scheme != "file":
+                problems.append(f"{current['url']}: link out of the site: {href}")
+                continue
+            target = Path(unquote(url.path)).resolve()
+            if not target.is_relative_to(root) or not target.is_file():
+                problems.append(f"{current['url']}: broken link {href}")
+            elif target == path and url.fragment and unquote(url.fragment) not in ids:
+                problems.append(f"{current['url']}: no element with id {unquote(url.fragment)!r}")
+            elif target.suffix == ".html":
+                queue.append(target)
+        for img in page.query_selector_all("img"):
+            src = img.get_attribute("src") or ""
+            name = src[:40]
+            img.scroll_into_view_if_needed()
+            if not img.evaluate("i => i.complete && i.naturalWidth > 0"):
+                problems.append(f"{current['url']}: image did not load: {name}")
+                continue
+            shot = Image.open(io.BytesIO(img.screenshot())).convert("L")
+            if shot.width < 50 or shot.height < 50 or ImageStat.Stat(shot).stddev[0] < 8:
+                problems.append(f"{current['url']}: image renders blank or tiny: {name} {shot.size}")
+            images += 1
+    page.close()
+    on_disk = {p.resolve() for p in root.rglob("*.html")}
+    problems += [f"page not linked from the index: {p.relative_to(root)}" for p in sorted(on_disk - seen)]
+    return {"problems": problems, "pages": seen, "images": images}
+
+
+def test_site_in_a_real_browser(committed_site, synthetic):
+    """Every page loads without console errors or network requests, every link and image resolves
+    inside the site, and every figure renders (a screenshot with visible variation)."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True)
+        try:
+            for site, _, entries in (committed_site, synthetic):
+                report = _check_site(browser, site)
+                assert not report["problems"], "\n".join(report["problems"])
+                assert len(report["pages"]) == 1 + len(entries) + sum((site / e.slug / "notebook.html").is_file()
+                                                                      for e in entries)
+                assert report["images"] >= sum(len(list((site / e.slug / "figures").glob("*.png"))) for e in entries)
+        finally:
+            browser.close()
