@@ -141,3 +141,7 @@ def test_headline_tolerance_is_three_standard_errors_of_a_difference_of_means():
     table = claims.headline_table({"top-3-eff": h, "one": claims.headline([0.5])})
     assert list(table.columns) == ["name", "value", "tolerance", "seeds", "per-seed values"]
     assert table.seeds.tolist() == [3, 1] and table["per-seed values"][0] == "0.4, 0.42, 0.44"
+
+
+def test_percent_keeps_a_small_change_from_reading_as_zero():
+    assert claims.percent(-0.000344) == "-0.03%" and claims.percent(0.0117) == "+1.2%" and claims.percent(0.0) == "+0.0%"

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageStat
 
 from ondevice.results import publish
+from ondevice.results.claims import percent
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "results" / "default"

@@ -132,14 +132,19 @@ def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray
     return pd.DataFrame(rows)
 
 
+def percent(x: float) -> str:
+    """A signed percentage with one decimal, or two when one would round a non-zero change to 0.0%."""
+    return f"{x:+.2%}" if 0 < abs(x) < 0.0005 else f"{x:+.1%}"
+
+
 def verdict_text(effects: pd.DataFrame, stand_in_data: str | None) -> str:
     """A Markdown bullet per effect (from effects_table): holds, does not hold, or within noise, and by how much."""
     lines = []
     for _, row in effects.iterrows():
         seeds = f"{row['seeds']} seed" + ("s" if row["seeds"] != 1 else "")
-        lines.append(f"- **{row['effect']}**: {row['verdict']} in our measurement: {row['our change']:+.1%} "
-                     f"({row['level']:.0%} interval {row['ci low']:+.1%} to {row['ci high']:+.1%}, "
-                     f"{row['users']} users x {seeds}; the paper reports {row['paper change']:+.1%}).")
+        lines.append(f"- **{row['effect']}**: {row['verdict']} in our measurement: {percent(row['our change'])} "
+                     f"({row['level']:.0%} interval {percent(row['ci low'])} to {percent(row['ci high'])}, "
+                     f"{row['users']} users x {seeds}; the paper reports {percent(row['paper change'])}).")
     if stand_in_data:
         lines.append(f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
                      "are not comparable with the paper's; the direction and size of each effect are.")

@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .. import REPO_ROOT
+from .claims import percent
 from .record import atomic_write
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -210,7 +211,7 @@ def _float(value) -> float | None:
 
 def pct(value) -> str:
     x = _float(value)
-    return DASH if x is None else f"{x:+.1%}"
+    return DASH if x is None else percent(x)
 
 
 def number(value, digits: int = 4) -> str:
