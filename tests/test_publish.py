@@ -113,9 +113,9 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
     assert len(rows) == len(expected) >= 1
     for (name, row), cells in zip(expected, rows):
         assert f"[{name}]({name}/)" == cells[1] and row["effect"] == cells[2]
-        assert cells[3] == f"{float(row['paper change']):+.1%}" and cells[4] == f"{float(row['our change']):+.1%}"
+        assert cells[3] == percent(float(row["paper change"])) and cells[4] == percent(float(row["our change"]))
         if row.get("ci low"):
-            assert cells[5].startswith(f"{float(row['ci low']):+.1%} to {float(row['ci high']):+.1%}")
+            assert cells[5].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
         assert cells[7] == (row.get("verdict") or "-")
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
