@@ -30,8 +30,22 @@ def deeptype_sanity(out: Path) -> None:
     assert (users.train_words > users.test_words).all()
 
 
+def energy_sanity(out: Path) -> None:
+    energy = pd.read_csv(out / "tables" / "energy.csv")
+    assert set(energy.label) <= {"measured", "modelled"} and (energy.energy_j > 0).all()
+    assert (energy.label[energy.meter == "modelled"] == "modelled").all()
+    base = energy[(energy.variant == "full") & (energy.governor == "default")]
+    assert np.allclose(base.energy_norm, 1.0)
+    assert pd.read_csv(out / "tables" / "summary.csv").label.notna().all()
+    notes = json.loads((out / "run.json").read_text())["notes"]
+    assert notes["primary_label"] in ("measured", "modelled")
+    assert all(s.get("restored", True) for s in notes["cpufreq"]["settings"])
+    acc = pd.read_csv(out / "tables" / "accuracy.csv")
+    assert acc.drop(columns=["seed", "user"]).stack().between(0, 1).all()
+
+
 # Checks that only make sense for one experiment; every notebook also gets the generic ones.
-SANITY = {"deeptype_top3eff": deeptype_sanity}
+SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])

@@ -19,7 +19,7 @@ from ..params import ParameterError, Params
 from ..results import provenance
 from ..tasks.next_word import NextWordTask
 from ..training import model_cache
-from ..training.trainer import Trainer
+from ..training.trainer import Trainer, seed_everything
 
 DATASET = "shakespeare"
 
@@ -202,3 +202,32 @@ def global_model(params: DeepTypeParams, corpus: Corpus, seed: int, log=print) -
     code = model_cache.code_digest([f for m in TRAINING_CODE for f in provenance.module_files(m)],
                                    extra=inspect.getsource(global_model))
     return model_cache.load_or_train("deeptype_global", fields, data, code, train, log)
+
+
+@dataclass
+class GlobalModels:
+    """One trained global model per seed (from the model cache or trained now) and the Keras
+    model whose weights are swapped in per seed."""
+
+    model: object
+    weights: dict[int, list[np.ndarray]]
+    entries: dict[int, model_cache.Entry]
+
+    @property
+    def from_cache(self) -> dict[int, bool]:
+        return {s: e.hit for s, e in self.entries.items()}
+
+    def history(self) -> pd.DataFrame:
+        return pd.DataFrame([{"phase": "global", "seed": s, "user": "", **h}
+                             for s, e in self.entries.items() for h in e.info["history"]])
+
+    def cache(self) -> pd.DataFrame:
+        return pd.DataFrame([{"seed": s, "from_cache": e.hit, "train_seconds": e.info["train_seconds"],
+                              "key": e.key[:16]} for s, e in self.entries.items()])
+
+
+def train_global(params: DeepTypeParams, corpus: Corpus, log=print) -> GlobalModels:
+    """The global model of every seed, trained on the crowd once per machine (model cache)."""
+    seed_everything(params.seed)
+    entries = {s: global_model(params, corpus, s, log) for s in params.seed_list}
+    return GlobalModels(build_model(params, corpus, params.seed), {s: e.weights for s, e in entries.items()}, entries)

@@ -24,9 +24,9 @@ from ..results import claims, record
 from ..tasks.next_word import NextWordTask
 from ..techniques.deeptype.incremental import personalize as incremental_training
 from ..training import selection
-from ..training.trainer import Trainer, seed_everything
+from ..training.trainer import Trainer
 from . import deeptype_common as common
-from .deeptype_common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
+from .deeptype_common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages the notebook calls)
 
 NAME = "deeptype_top3eff"
 
@@ -72,32 +72,6 @@ class Params(common.DeepTypeParams):
         self.require(all(lr > 0 for lr in self.personal_lr_grid), "personal_lr_grid", "must hold positive rates")
         self.require(not self.personal_lr_grid or self.validation_users >= 1, "validation_users",
                      "must be at least 1 when personal_lr_grid is given")
-
-
-@dataclass
-class GlobalModels:
-    """One trained global model per seed (from the model cache or trained now) and the Keras
-    model whose weights are swapped in per seed."""
-
-    model: object
-    weights: dict[int, list[np.ndarray]]
-    entries: dict[int, object]
-
-    def history(self) -> pd.DataFrame:
-        return pd.DataFrame([{"phase": "global", "seed": s, "user": "", **h}
-                             for s, e in self.entries.items() for h in e.info["history"]])
-
-    def cache(self) -> pd.DataFrame:
-        return pd.DataFrame([{"seed": s, "from_cache": e.hit, "train_seconds": e.info["train_seconds"],
-                              "key": e.key[:16]} for s, e in self.entries.items()])
-
-
-def train_global(params: Params, corpus: Corpus, log=print) -> GlobalModels:
-    """The global model of every seed, trained on the crowd once per machine (model cache)."""
-    seed_everything(params.seed)
-    entries = {s: common.global_model(params, corpus, s, log) for s in params.seed_list}
-    model = common.build_model(params, corpus, params.seed)
-    return GlobalModels(model, {s: e.weights for s, e in entries.items()}, entries)
 
 
 class _Personal:
