@@ -117,6 +117,7 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
         if row.get("ci low"):
             assert cells[5].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
         assert cells[7] == (row.get("verdict") or "-")
+        assert cells[8].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
 

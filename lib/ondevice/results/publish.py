@@ -283,7 +283,7 @@ def summary_markdown(entries: list[Entry], scale: str) -> str:
         cells = [_md(c) for c in (
             short_citation(e.citation), r.get("effect") or DASH, pct(r.get("paper change")), pct(r.get("our change")),
             interval(r) if interval(r) == DASH else f"{interval(r)} ({level(r)})", users_seeds(r),
-            r.get("verdict") or DASH, data_kind(e))]
+            r.get("verdict") or DASH, data_kind(e, r))]
         cells.insert(1, f"[{_md(e.slug)}]({quote(e.slug)}/)")
         lines.append("| " + " | ".join(cells) + " |")
     stand_ins = [e for e in entries if e.stand_in and e.effects]
@@ -405,12 +405,20 @@ def _effect_cells(r: dict) -> list[str]:
     """One effects.csv row as cells under EFFECT_HEADER."""
     span = interval(r)
     span = esc(span) + (f" <small>({esc(level(r))})</small>" if span != DASH else "")
-    return [esc(r.get("effect") or DASH), esc(pct(r.get("paper change"))), esc(pct(r.get("our change"))), span,
+    effect = esc(r.get("effect") or DASH)
+    if "modelled" in str(r.get("meter") or "").lower():
+        effect += " " + _badge("modelled", "standin")
+    return [effect, esc(pct(r.get("paper change"))), esc(pct(r.get("our change"))), span,
             esc(users_seeds(r)), verdict_badge(r.get("verdict") or DASH)]
 
 
-def data_kind(e: Entry) -> str:
-    return "stand-in" if e.stand_in else "original" if e.run.get("data") else DASH
+def data_kind(e: Entry, row: dict | None = None) -> str:
+    """Stand-in or original data, and "modelled" when an effect's numbers come from a model
+    (an effects.csv `meter` column saying so), so a modelled number never reads as measured."""
+    kind = "stand-in" if e.stand_in else "original" if e.run.get("data") else DASH
+    if row and "modelled" in str(row.get("meter") or "").lower():
+        kind += ", modelled"
+    return kind
 
 
 EFFECT_HEADER = [("effect", ""), ("paper's change", "num"), ("our change", "num"), ("interval", "nowrap"),
