@@ -650,24 +650,24 @@ def plot_energy(energy: pd.DataFrame, phone: pd.DataFrame | None = None):
     bars = _per_seed(data).groupby(["meter", "label", "governor", "variant"], as_index=False)[["energy_norm", "time_norm"]].mean()
     bars["training"] = bars.variant.map(VARIANTS)
     meters_ = list(dict.fromkeys(data.meter))
-    fig, axes = plt.subplots(2, len(meters_), figsize=(3.6 * len(meters_) + 1.5, 6), squeeze=False)
+    fig, axes = plt.subplots(len(meters_), 2, figsize=(9, 3.4 * len(meters_) + 0.6), squeeze=False)
     palette = {VARIANTS["full"]: "#8c8c8c", VARIANTS["fine_tune"]: "#d1495b"}
-    for j, meter in enumerate(meters_):
+    for i, meter in enumerate(meters_):
         first = data[data.meter == meter].iloc[0]
-        title = f"modelled\n{first.note}" if first.label == MODELLED else f"{meter} (measured)"
-        for i, (col, what) in enumerate((("energy_norm", "energy"), ("time_norm", "training time"))):
+        source = f"modelled: {first.note}" if first.label == MODELLED else f"{meter} (measured)"
+        order = list(dict.fromkeys(data[data.meter == meter].governor))
+        for j, (col, what) in enumerate((("energy_norm", "energy"), ("time_norm", "training time"))):
             ax = axes[i, j]
-            order = list(dict.fromkeys(data[data.meter == meter].governor))
             sns.barplot(data=bars[bars.meter == meter], x="governor", y=col, hue="training", order=order,
-                        hue_order=list(VARIANTS.values()), palette=palette, ax=ax, legend=(i == 0 and j == len(meters_) - 1))
+                        hue_order=list(VARIANTS.values()), palette=palette, ax=ax, legend=(i == 0 and j == 0))
             sns.stripplot(data=data[data.meter == meter], x="governor", y=col, hue="training", order=order,
                           hue_order=list(VARIANTS.values()), dodge=True, palette=palette, size=3, alpha=0.6,
                           edgecolor="white", linewidth=0.4, ax=ax, legend=False)
             ax.axhline(1, color="0.5", lw=0.8, ls="--")
-            ax.set(xlabel="" if i == 0 else "governor", ylabel=f"normalised {what}" if j == 0 else "",
-                   title=title if i == 0 else "")
-    if axes[0, -1].get_legend() is not None:
-        sns.move_legend(axes[0, -1], "upper left", bbox_to_anchor=(1.02, 1.0), title="", frameon=False)
+            ax.set(xlabel="governor", ylabel=f"normalised {what}", title=f"{what}, {source}" if j == 0 else what)
+            ax.title.set_fontsize(9)
+    if axes[0, 0].get_legend() is not None:
+        sns.move_legend(axes[0, 0], "upper left", title="", frameon=False, fontsize=8)
     fig.suptitle("Energy and time of personal training, normalised to un-optimised on the default governor", y=1.0)
     sns.despine(fig)
     fig.tight_layout()
