@@ -1,0 +1,166 @@
+"""DeepType's on-device optimisations (Sec. 5.1-5.4) as composable transforms and hooks, with
+real TensorFlow: SVD and vocabulary compression of the softmax, bucketing batch sources, and the
+combined variant trained, exported to TFLite and parity-checked."""
+import numpy as np
+import pytest
+
+from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
+from ondevice.device import tflite
+from ondevice.models import lstm_lm
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.techniques.deeptype import bucketing as bk
+from ondevice.techniques.deeptype import svd_compression as svd
+from ondevice.techniques.deeptype import vocab_compression as vc
+from ondevice.techniques.deeptype.fine_tune import FineTune
+from ondevice.training.trainer import Trainer
+
+TEXT = ("to be or not to be that is the question. whether tis nobler in the mind to suffer the slings "
+        "and arrows of outrageous fortune. or to take arms against a sea of troubles and by opposing end them. "
+        "to die to sleep no more. and by a sleep to say we end the heartache.") * 3
+
+
+@pytest.fixture(scope="module")
+def setup():
+    sents = sentences(TEXT)
+    vocab = Vocabulary.from_sentences(sents, 30)
+    samples = build_samples(sents, vocab, context_words=3)
+    config = lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12)
+    return vocab, samples, config
+
+
+def _tokens(samples, n=6):
+    return samples.padded(np.arange(n))
+
+
+def test_svd_full_rank_reproduces_logits_and_small_rank_saves_parameters(setup):
+    _, samples, config = setup
+    model = lstm_lm.build(config, seed=3)
+    x, _ = _tokens(samples)
+    full = svd.compress(model, min(config.hidden_units, config.output_vocab))
+    np.testing.assert_allclose(full(x).numpy(), model(x).numpy(), atol=1e-5)
+    small = svd.compress(model, 2)
+    assert small.count_params() < model.count_params()
+    assert [l.name for l in small.layers][-2:] == ["softmax_svd", "softmax"]
+    assert small.get_layer("softmax_svd").kernel.shape == (config.hidden_units, 2)
+    # the original is unchanged and owns its variables
+    assert model.get_layer("softmax").kernel.shape == (config.hidden_units, config.output_vocab)
+    with pytest.raises(ValueError, match="SVD rank"):
+        svd.compress(model, 0)
+
+
+def test_vocab_compression_keeps_the_kept_words_logits_and_maps_ids(setup):
+    vocab, samples, config = setup
+    vmap = vc.VocabMap.from_history(samples, vocab.size)
+    assert list(vmap.kept[:2]) == [PAD_ID, UNK_ID] and np.all(np.diff(vmap.kept) > 0)
+    assert np.array_equal(vmap.lookup[vmap.kept], np.arange(vmap.size))
+    model = lstm_lm.build(config, seed=4)
+    for base in (model, svd.compress(model, 3)):
+        small = vc.compress(base, vmap)
+        x, _ = _tokens(samples)
+        np.testing.assert_allclose(small(x).numpy(), base(x).numpy()[..., vmap.kept], atol=1e-6)
+    # a word outside the history becomes <unk> (never suggested); pad stays pad
+    partial = vc.VocabMap.from_history(build_samples(sentences("to be or not to be"), vocab, 3), vocab.size)
+    remapped = partial.remap(samples)
+    kept_words = set(vocab.words[i] for i in partial.kept)
+    for old, new in zip(samples.target, remapped.target):
+        word = vocab.words[old]
+        assert new == (partial.lookup[old] if word in kept_words else UNK_ID)
+        assert vocab.words[partial.kept[new]] == (word if word in kept_words else "<unk>")
+    assert np.array_equal(remapped.inputs, samples.inputs)
+    assert np.all((remapped.labels == PAD_ID) == (samples.labels == PAD_ID))
+
+
+def test_vocab_compressed_evaluation_is_consistent(setup):
+    vocab, samples, config = setup
+    model = lstm_lm.build(config, seed=5)
+    vmap = vc.VocabMap.from_history(samples, vocab.size)
+    task = NextWordTask(3)
+    result = task.evaluate(vc.compress(model, vmap), vmap.remap(samples))
+    assert 0 <= result["top_k_eff"] <= 1 and np.isfinite(result["perplexity"])
+
+
+def _covered(batches_idx, n):
+    idx = np.concatenate(batches_idx)
+    return sorted(idx.tolist()) == list(range(n))
+
+
+def test_equal_length_batches_have_no_padding_and_cover_every_sample_once(setup):
+    _, samples, _ = setup
+    rng = np.random.default_rng(0)
+    idx = bk.equal_length_batches(samples.lengths, 4, rng)
+    assert _covered(idx, len(samples))
+    assert all(len(set(samples.lengths[b])) == 1 and len(b) <= 4 for b in idx)
+    batches = bk.EqualLength().batches(NextWordTask(), samples, 4, np.random.default_rng(0))
+    assert bk.padding_stats(batches)["padded_fraction"] == 0
+    assert sum(int((y != 0).sum()) for _, y in batches) == int((samples.labels != 0).sum())
+
+
+@pytest.mark.parametrize("boundaries", [(5, 10, 20, 30), (30,), (4,)])
+def test_fixed_buckets_cover_every_sample_once(setup, boundaries):
+    _, samples, _ = setup
+    out = bk.bucket_batches(samples.lengths, boundaries, 4, np.random.default_rng(1))
+    assert _covered([b for _, b in out], len(samples))
+    for size, b in out:
+        assert size in boundaries
+        fits = samples.lengths[b] <= size
+        assert fits.all() or size == boundaries[-1]  # only the last bucket cuts longer samples
+    batches = bk.FixedBuckets(boundaries).batches(NextWordTask(), samples, 4, np.random.default_rng(1))
+    assert all(x.shape[1] in boundaries for x, _ in batches)
+    assert sum(len(x) for x, _ in batches) == len(samples)
+    with pytest.raises(ValueError):
+        bk.FixedBuckets((10, 5))
+
+
+def test_combined_variant_trains_exports_and_matches_tflite(setup):
+    vocab, samples, config = setup
+    task = NextWordTask(3)
+    model = svd.compress(lstm_lm.build(config, seed=6), 3)
+    vmap = vc.VocabMap.from_history(samples, vocab.size)
+    model = vc.compress(model, vmap)
+    data = vmap.remap(samples)
+    hooks = [FineTune(), bk.EqualLength()]
+    trainer = Trainer(model, task, 1e-2, hooks=hooks, warmup_steps=1)
+    assert {v.name.split("/")[0] for v in trainer.variables} == {"softmax"}
+    frozen = model.get_layer("softmax_svd").get_weights()[0].copy()
+    history = trainer.fit(data, 1, 4, np.random.default_rng(2))
+    assert np.isfinite(history[0]["loss"]) and history[0]["steps"] >= len(np.unique(data.lengths))
+    np.testing.assert_array_equal(model.get_layer("softmax_svd").get_weights()[0], frozen)
+    batches = list(hooks[1].batches(task, data, 4, np.random.default_rng(3)))[:3]
+    check = tflite.compare_training(model, task, 1e-2, batches, hooks=hooks)
+    np.testing.assert_allclose(check["tflite"], check["tensorflow"], atol=1e-5)
+    np.testing.assert_allclose(check["outputs_tflite"], check["outputs_tensorflow"], atol=1e-4)
+    assert check["outputs_tflite"].shape[-1] == vmap.size
+
+
+def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
+    _, samples, config = setup
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    model = lstm_lm.build(config, seed=7)
+    kwargs = dict(epochs=1, batch_size=8, learning_rate=1e-3, optimizer="adam",
+                  rng_factory=lambda: np.random.default_rng(0), log=lambda *_: None)
+    first = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    again = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    other = svd.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
+    assert not first.hit and again.hit and not other.hit
+    for a, b in zip(first.weights, again.weights):
+        np.testing.assert_array_equal(a, b)
+    compressed = svd.compress(model, 3)
+    compressed.set_weights(first.weights)  # the cached weights fit the compressed architecture
+
+
+def test_experiment_reuses_d3_global_models_and_cuts_samples(setup):
+    from ondevice.experiments import deeptype_common as common
+    from ondevice.experiments import deeptype_ondevice_opt as opt
+    from ondevice.experiments import deeptype_top3eff as d3
+
+    for scale in ("smoke", "default"):
+        a, b = opt.Params.for_scale(scale), d3.Params.for_scale(scale)
+        assert all(getattr(a, f) == getattr(b, f) for f in common.GLOBAL_FIELDS + ("k", "seed"))
+        assert a.split_rule() == b.split_rule()
+    assert opt.Params.for_scale("default").personal_learning_rate == 3e-4
+    _, samples, _ = setup
+    head = opt.first_samples(samples, 5)
+    assert len(head) == 5 and np.array_equal(head.padded(np.arange(5))[0], samples.padded(np.arange(5))[0])
+    from ondevice.params import ParameterError
+    with pytest.raises(ParameterError, match="tflite_variants"):
+        opt.Params.for_scale("smoke", tflite_variants=("nope",))
