@@ -14,7 +14,7 @@ ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock publish browser
+.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock publish browser export bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -56,6 +56,12 @@ browser: ## install Debian's chromium (apt) for the site's browser test, when it
 	else echo "[browser] apt-get needs root or password-less sudo: the browser test will be skipped"; exit 0; fi; \
 	echo "[browser] installing chromium with apt-get"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
+
+export: data ## write every personal model as a trainable .tflite, a user data file and manifest.json to results/SCALE/export/
+	$(PY) -m ondevice.device.export --scale $(SCALE)
+
+bench: setup ## print step-time ratios, TFLite vs TF, reuse latency and achieved vs GEMM FLOP/s (not a test)
+	$(PY) -m ondevice.device.bench
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
 	$(PY) -m ondevice.results.publish --scale $(SCALE) --out site/$(SCALE)

@@ -1,0 +1,92 @@
+"""Reuse of inference results (DeepType Sec. 5.5): the update from cached last-LSTM outputs is the
+fine-tune update, step for step, and never touches the layers below the softmax."""
+import numpy as np
+import pytest
+
+from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
+from ondevice.models import lstm_lm
+from ondevice.params import ParameterError
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.techniques.deeptype import inference_reuse
+from ondevice.techniques.deeptype.fine_tune import FineTune
+from ondevice.training.trainer import Trainer, seed_everything
+
+
+@pytest.fixture(scope="module")
+def setup():
+    seed_everything(0)
+    sents = sentences("To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer. " * 5)
+    vocab = Vocabulary.from_sentences(sents, 20)
+    samples = build_samples(sents, vocab, 4)
+    config = lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12)
+    model = lstm_lm.build(config, seed=0)
+    batches = [samples.padded(np.arange(i, i + 16)) for i in (0, 16, 32)]
+    return model, config, NextWordTask(), batches
+
+
+def test_features_are_the_last_lstm_outputs_and_give_the_logits(setup):
+    model, _, _, batches = setup
+    x = batches[0][0]
+    features_model, head = inference_reuse.split(model)
+    out = inference_reuse.infer_and_cache(features_model, head, x)
+    lstm = model.get_layer("lstm_2")
+    import tf_keras as keras
+    np.testing.assert_allclose(out["features"].numpy(), keras.Model(model.inputs, lstm.output)(x).numpy(), atol=1e-6)
+    np.testing.assert_allclose(out["logits"].numpy(), model(x).numpy(), atol=1e-5)
+
+
+def test_reuse_steps_equal_fine_tune_steps(setup):
+    model, _, task, batches = setup
+    start = model.get_weights()
+    trainer = Trainer(model, task, 0.05, hooks=[FineTune()])
+    trainer.reset(start)
+    for x, y in batches:
+        trainer.step(x, y)
+    expected = model.get_weights()
+    online = inference_reuse.OnlineTrainer(model, task, 0.05)
+    online.reset(start)
+    losses = []
+    for x, y in batches:
+        losses.append(float(online.train_from_cache(online.infer_and_cache(x)["features"], y)))
+    got = model.get_weights()
+    for a, b in zip(expected, got):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    for a, b in zip(start[:-2], got[:-2]):  # below the softmax nothing moved
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(start[-2], got[-2])
+    assert all(np.isfinite(losses))
+    model.set_weights(start)
+
+
+def test_step_without_reuse_is_the_fine_tune_step(setup):
+    model, _, task, batches = setup
+    start = model.get_weights()
+    online = inference_reuse.OnlineTrainer(model, task, 0.05)
+    online.reset(start)
+    x, y = batches[0]
+    online.step_without_reuse(x, y)
+    plain = online.head_weights()
+    online.reset(start)
+    online.train_from_cache(online.infer_and_cache(x)["features"], y)
+    for a, b in zip(plain, online.head_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    model.set_weights(start)
+
+
+def test_flops_without_reuse_grow_with_the_lstm_and_with_reuse_do_not(setup):
+    _, config, _, _ = setup
+    f = inference_reuse.flops_per_update
+    assert f(config, 16, 30, False) == pytest.approx(15 * f(config, 16, 2, False))
+    bigger = lstm_lm.LSTMConfig(config.input_vocab, config.output_vocab, 64, config.hidden_units, 3)
+    assert f(bigger, 16, 10, True) == f(config, 16, 10, True)
+    assert f(bigger, 16, 10, False) > f(config, 16, 10, False) > f(config, 16, 10, True)
+
+
+def test_online_latency_parameters_are_checked():
+    from ondevice.experiments import deeptype_online_latency as exp
+
+    assert exp.Params.for_scale("smoke").lengths == (2, 10, 20, 30)
+    with pytest.raises(ParameterError, match="lengths"):
+        exp.Params.for_scale("smoke", lengths=(5,))
+    with pytest.raises(ParameterError, match="repeats"):
+        exp.Params.for_scale("smoke", repeats=0)
