@@ -53,6 +53,9 @@ def smoke_run(request, tmp_path_factory, smoke_data):
     results = tmp_path_factory.mktemp("results")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reproduce, "RESULTS", results)
+        # an empty model cache of its own: what this run prints (training or not) must not depend
+        # on which notebooks ran before it; the determinism re-run starts from an empty one too
+        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
         status = reproduce.run_notebook(request.param, "smoke", {})
     return request.param, results, status
 
