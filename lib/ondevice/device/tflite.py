@@ -59,14 +59,18 @@ class TrainableModel(tf.Module):
         return {"restored": tf.constant(len(self.model.weights))}
 
 
-def convert(module: TrainableModel) -> bytes:
-    """Flatbuffer with all four signatures, builtin ops where possible and Flex ops elsewhere."""
+SIGNATURES = ("train", "infer", "save", "restore")
+
+
+def convert(module: tf.Module, signatures: Sequence[str] = SIGNATURES) -> bytes:
+    """Flatbuffer with the named signatures of `module` (by default the four of TrainableModel),
+    builtin ops where possible and Flex ops elsewhere."""
     tf_logger = tf.get_logger()
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)  # "Assets written to /tmp/..." on every save
     with tempfile.TemporaryDirectory() as saved:
         tf.saved_model.save(module, saved, signatures={
-            name: getattr(module, name).get_concrete_function() for name in ("train", "infer", "save", "restore")})
+            name: getattr(module, name).get_concrete_function() for name in signatures})
         converter = tf.lite.TFLiteConverter.from_saved_model(saved)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
         converter.experimental_enable_resource_variables = True

@@ -12,10 +12,8 @@ its length prefix and terminator agree, which a tensor name merely containing "F
 """
 from __future__ import annotations
 
-import logging
 import re
 import struct
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +23,7 @@ import tf_keras as keras
 from ..tasks import Task
 from ..techniques.deeptype import inference_reuse
 from ..techniques.deeptype.fine_tune import FineTune
+from . import tflite
 from .tflite import TrainableModel
 
 BASE_SIGNATURES = ("train", "infer", "save", "restore")
@@ -53,20 +52,8 @@ class ReuseTrainableModel(TrainableModel):
 
 
 def convert(module: tf.Module, signatures: Sequence[str] = REUSE_SIGNATURES) -> bytes:
-    """Flatbuffer with the named signatures of `module`, builtin ops where possible, Flex elsewhere."""
-    tf_logger = tf.get_logger()
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    with tempfile.TemporaryDirectory() as saved:
-        tf.saved_model.save(module, saved, signatures={
-            name: getattr(module, name).get_concrete_function() for name in signatures})
-        converter = tf.lite.TFLiteConverter.from_saved_model(saved)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
-        converter.experimental_enable_resource_variables = True
-        try:
-            return converter.convert()
-        finally:
-            tf_logger.setLevel(level)
+    """Flatbuffer with the reuse signatures as well as the four usual ones."""
+    return tflite.convert(module, signatures)
 
 
 def flex_ops(flatbuffer: bytes) -> list[str]:
