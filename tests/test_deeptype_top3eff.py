@@ -1,4 +1,4 @@
-"""D3 at smoke scale, run twice in one process: the second run finds its global models in the
+"""D3/D5 at smoke scale, run twice in one process: the second run finds its global models in the
 model cache, runs no TFLite diagnostic, and must still give exactly the same results."""
 import numpy as np
 import pandas as pd
@@ -19,8 +19,8 @@ def two_runs(speeches, tmp_path_factory):
 
 def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
     first, second = two_runs
-    assert not any(first.notes["global_models_from_cache"].values())
-    assert all(second.notes["global_models_from_cache"].values())
+    assert not any(v for m in first.notes["global_models_from_cache"].values() for v in m.values())
+    assert all(v for m in second.notes["global_models_from_cache"].values() for v in m.values())
     assert "on_device" in first.tables and "on_device" not in second.tables
     timing = [c for c in first.tables["users"] if c.endswith("seconds")]
     pd.testing.assert_frame_equal(first.tables["users"].drop(columns=timing),
@@ -28,17 +28,66 @@ def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
     pd.testing.assert_frame_equal(first.tables["effects"], second.tables["effects"], check_exact=True)
 
 
-def test_results_carry_seeds_split_interval_verdict_and_tolerances(two_runs):
+def test_one_row_per_user_condition_and_seed(two_runs):
     result, _ = two_runs
     users = result.tables["users"]
-    assert sorted(users.seed.unique()) == [0, 1] and users.groupby("seed").user.nunique().eq(2).all()
-    assert set(users.user) == set(result.artifacts["split.json"]["test"])
-    assert set(users.user).isdisjoint(result.artifacts["split.json"]["validation"])
-    effect = result.tables["effects"].iloc[0]
-    assert effect["verdict"] in ("holds", "does not hold", "within noise")
-    assert effect["ci low"] <= effect["our change"] <= effect["ci high"] and effect["seeds"] == 2
+    split = result.artifacts["split.json"]
+    assert set(users.condition) == set(exp.CONDITIONS)  # smoke: the tuned choice (Adam) is not the paper's
+    assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
+    assert sorted(users.seed.unique()) == [0, 1] and set(users.user) == set(split["test"])
+    assert set(users.user).isdisjoint(split["validation"])
+    assert users.top_k_eff.between(0, 1).all()
+    wide = users.pivot_table(index=["seed", "user"], columns="condition", values="steps")
+    # the control trains exactly as many steps as personalization; so does the model without a global one
+    assert (wide[exp.CONTROL] == wide[exp.P_CROWD]).all() and (wide[exp.P_ONLY] == wide[exp.P_CROWD]).all()
+    assert (wide[exp.G_CROWD] == 0).all() and (wide[exp.P_CROWD] > 0).all()
+    # one global model per corpus (global_seeds = 1): both seeds score the same global model
+    g = users[users.condition.isin([exp.G_CROWD, exp.G_FAR])].pivot_table(index=["user", "condition"], columns="seed", values="top_k_eff")
+    assert (g[0] == g[1]).all()
+    assert len(result.tables["global_model_cache"]) == 2
+    # the far corpus has its own vocabulary, hence its own out-of-vocabulary rate on the same test words
+    oov = users.pivot_table(index=["seed", "user"], columns="condition", values="test_oov_rate")
+    assert (oov[exp.G_FAR] != oov[exp.G_CROWD]).all()
+
+
+def test_effects_paper_numbers_and_groups(two_runs):
+    result, _ = two_runs
+    effects = result.tables["effects"]
+    assert set(effects.effect) == {e.claim for e in exp.PAPER.effects}  # smoke: 1 user per D5 group, not judged
+    assert effects.verdict.isin(["holds", "does not hold", "within noise"]).all()
+    assert ((effects["ci low"] <= effects["our change"]) & (effects["our change"] <= effects["ci high"])).all()
+    numbers = result.tables["paper_vs_ours"]
+    assert len(numbers) == len(exp.PAPER.numbers) + len(exp.PAPER_GROUPS.numbers) and np.isfinite(numbers.ours).all()
     assert all(len(h["per_seed"]) == 2 and h["tolerance"] is not None for h in result.headline.values())
-    selection = result.tables["selection"]
-    assert selection.chosen.sum() == 1 and result.notes["personal_learning_rate"] in selection.learning_rate.values
-    on_device = result.tables["on_device"]
-    assert np.all(on_device.abs_difference < 1e-4)
+    groups = result.tables["groups"]
+    assert groups.set_index(["group", "model"]).users.to_dict()[("light", "global")] == 1
+
+
+def test_selection_on_validation_users_and_what_adam_moves(two_runs):
+    result, _ = two_runs
+    sel = result.tables["selection"]
+    assert sel.chosen.sum() == 1 and sel.paper_config.sum() == 1
+    tuned = result.notes["tuned_config"]
+    assert sel[sel.chosen].iloc[0][["optimizer", "learning_rate", "epochs"]].tolist() == [tuned["optimizer"], tuned["learning_rate"], tuned["epochs"]]
+    # a fresh Adam state moves the softmax rows of words the user never typed, relative to the
+    # rows of words they did type, far more than plain SGD does
+    ratio = sel.assign(r=sel.unseen_row_shift / sel.seen_row_shift).groupby("optimizer").r.median()
+    assert ratio["adam"] > 2 * ratio["sgd"]
+    assert np.all(result.tables["on_device"].abs_difference < 1e-4)
+
+
+@pytest.mark.parametrize("n, sizes", [(2, (1, 0, 1)), (4, (1, 2, 1)), (20, (5, 10, 5)), (7, (2, 3, 2))])
+def test_user_groups_are_quartiles_by_training_words(n, sizes):
+    users = pd.DataFrame({"user": [f"u{i}" for i in range(n)], "train_words": np.arange(n)[::-1] * 10})
+    groups = exp.user_groups(users)
+    assert tuple((groups == g).sum() for g in exp.GROUPS) == sizes
+    assert groups["u0"] == "heavy" and groups[f"u{n - 1}"] == "light"
+
+
+def test_bad_parameters_name_the_field():
+    from ondevice.params import ParameterError
+
+    with pytest.raises(ParameterError, match="personal_optimizer"):
+        exp.Params.for_scale("smoke", personal_optimizer="rmsprop")
+    with pytest.raises(ParameterError, match="personal_epochs"):
+        exp.Params.for_scale("smoke", personal_epochs=0)

@@ -10,7 +10,7 @@ def test_presets_exist_for_every_scale_and_validate():
         assert p.scale == scale and p.k == 3
     assert exp.Params.for_scale("paper").vocab_size == 20000  # the paper's vocabulary
     assert exp.Params.for_scale("paper").personal_epochs == 5  # and its protocol
-    assert exp.Params.for_scale("default").seeds >= 3
+    assert exp.Params.for_scale("paper").seeds >= 3
 
 
 @pytest.mark.parametrize("kwargs,names", [
@@ -20,8 +20,8 @@ def test_presets_exist_for_every_scale_and_validate():
     (dict(personal_train_fraction=1.0), "'personal_train_fraction'"),
     (dict(k="3"), "'k' must be int"),
     (dict(global_learning_rate=-1), "'global_learning_rate'"),
-    (dict(personal_lr_grid=[1e-3, -1]), "'personal_lr_grid'"),
-    (dict(personal_lr_grid=0.1), "'personal_lr_grid' must be a list"),
+    (dict(sgd_lr_grid=[1e-3, -1]), "'sgd_lr_grid'"),
+    (dict(sgd_lr_grid=0.1), "'sgd_lr_grid' must be a list"),
     (dict(optimizer="rmsprop"), "'optimizer'"),
     (dict(validation_users=0), "'validation_users'"),  # a grid needs validation users
 ])
@@ -37,7 +37,7 @@ def test_unknown_scale():
 
 def test_int_is_accepted_for_float_fields_and_lists_for_grids():
     assert exp.Params.for_scale("smoke", global_learning_rate=1).global_learning_rate == 1.0
-    assert exp.Params.for_scale("smoke", personal_lr_grid=[1, 0.5]).personal_lr_grid == (1.0, 0.5)
+    assert exp.Params.for_scale("smoke", sgd_lr_grid=[1, 0.5]).sgd_lr_grid == (1.0, 0.5)
 
 
 def test_from_notebook_takes_direct_fields_and_overrides_and_rejects_unknown_names():
