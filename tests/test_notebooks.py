@@ -23,11 +23,14 @@ pytestmark = pytest.mark.notebook
 
 def deeptype_sanity(out: Path) -> None:
     users = pd.read_csv(out / "tables" / "users.csv")
-    for col in ("top_k_eff_global", "top_k_eff_personalized"):
-        assert users[col].between(0, 1).all(), col
-    for col in ("perplexity_global", "perplexity_personalized"):
-        assert (users[col] > 1).all(), col
+    assert users.top_k_eff.between(0, 1).all() and (users.perplexity > 1).all()
     assert (users.train_words > users.test_words).all()
+    assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
+    assert {"crowd global", "crowd global + personal", "crowd global + more crowd training", "far global",
+            "far global + personal", "no global + personal"} <= set(users.condition)
+    assert pd.read_csv(out / "tables" / "summary.csv").top_k_eff_median.between(0, 1).all()
+    groups = pd.read_csv(out / "tables" / "groups.csv")
+    assert groups.top_k_eff_median.dropna().between(0, 1).all() and groups.users.sum() == 2 * users.user.nunique()
 
 
 def energy_sanity(out: Path) -> None:
@@ -44,8 +47,101 @@ def energy_sanity(out: Path) -> None:
     assert acc.drop(columns=["seed", "user"]).stack().between(0, 1).all()
 
 
+def autlearn_availability_sanity(out: Path) -> None:
+    minutes = pd.read_csv(out / "tables" / "minutes_per_day.csv")
+    assert minutes.minutes_per_day.between(0, 24 * 60).all()
+    wide = minutes.pivot(index="device", columns="condition", values="minutes_per_day")
+    if {"autonomous", "federated", "charging"} <= set(wide.columns):
+        assert (wide.federated <= wide.autonomous + 1e-9).all() and (wide.autonomous <= wide.charging + 1e-9).all()
+    finish = pd.read_csv(out / "tables" / "finish_per_device.csv")
+    assert finish.share_within_horizon.between(0, 1).all() and (finish.training_minutes_needed > 0).all()
+    phones = pd.read_csv(out / "tables" / "phone_times.csv")
+    assert (phones.label == "extrapolated").all() and (phones.phone_step_seconds > 0).all()
+    assert pd.read_csv(out / "tables" / "resume_check.csv").passed.all()
+    assert pd.read_csv(out / "tables" / "layer_time_fit.csv").r2.between(0.5, 1).all()
+    run = json.loads((out / "run.json").read_text())
+    assert not run["notes"]["synthetic_trace"] or "synthetic" in run["stand_in_data"]
+
+
+def deeptype_personal_data_sanity(out: Path) -> None:
+    users = pd.read_csv(out / "tables" / "users.csv")
+    assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
+    assert {"G-M", "P-M 50%", "P-M 100%", "P-M* 100%"} <= set(users.condition)
+    assert users.top_k_eff.between(0, 1).all() and users.test_oov.between(0, 1).all()
+    off, on = users[~users.dynamic_vocab], users[users.dynamic_vocab]
+    assert (off.test_oov == off.test_oov_global_vocab).all() and (off.added_words == 0).all()
+    assert (on.test_oov >= on.test_oov_global_vocab - on.test_share_new_words - 1e-9).all()
+    assert (off[off.data_fraction > 0].top_k_eff_on_new_words.dropna() == 0).all()
+    for _, rows in users.groupby(["seed", "user"]):
+        words = rows.groupby("data_fraction").train_words.first()
+        assert words.is_monotonic_increasing and rows.test_words.nunique() == 1
+    summary = pd.read_csv(out / "tables" / "summary.csv")
+    assert summary[["top_k_eff_median", "top_k_eff_pooled"]].stack().between(0, 1).all()
+    reach = pd.read_csv(out / "tables" / "vocabulary_reach.csv")
+    assert reach.test_oov_global_vocab.between(0, 1).all() and reach.test_oov_user_vocab.between(0, 1).all()
+
+
+def colla_sanity(out: Path) -> None:
+    cycles = pd.read_csv(out / "tables" / "cycles.csv", dtype={"device": str})
+    assert set(cycles.method) == {"DT", "CT", "DT-ws", "Colla", "last place"}
+    assert cycles[["accuracy", "precision", "recall"]].stack().between(0, 1).all()
+    assert np.allclose(cycles.recall, cycles.accuracy)  # weighted recall is accuracy
+    shares = pd.read_csv(out / "tables" / "summary.csv")["best share"].dropna()
+    assert abs(shares.sum() - 1) < 1e-9
+    for path in (out / "tables").glob("*.csv"):  # GeoLife: aggregate metrics only
+        assert not [c for c in pd.read_csv(path).columns if re.search(r"lat|lng|lon|coord|cell", str(c), re.I)], path.name
+
+
+def colla_cost_sanity(out: Path) -> None:
+    costs = pd.read_csv(out / "tables" / "costs.csv")
+    assert (costs["upload Customization"] < costs["upload Same-FC"]).all()
+    assert (costs["upload Same-FC"] < costs["upload Same-Whole"]).all()
+    assert (costs["flops Customization"] < costs["flops Same"]).all()
+    assert pd.read_csv(out / "tables" / "on_device.csv").abs_difference.max() < 1e-4
+    assert (pd.read_csv(out / "tables" / "training_time.csv").train_time_seconds > 0).all()
+
+
+def deeptype_ngram_sanity(out: Path) -> None:
+    users = pd.read_csv(out / "tables" / "users.csv")
+    assert users.top_k_eff.between(0, 1).all()
+    lstm, ngram = users[users.model == "LSTM"], users[users.model != "LSTM"]
+    assert lstm.seed.notna().all() and ngram.seed.isna().all()
+    assert (users.word_perplexity.dropna() > 1).all() and users[users.model.str.endswith("+char")].word_perplexity.isna().all()
+    wide = ngram.pivot(index="user", columns="model", values="top_k_eff")
+    for plain in [m for m in wide.columns if not m.endswith("+char")]:  # the prefix filter can only help
+        assert (wide[plain + "+char"] >= wide[plain]).all(), plain
+
+
+def deeptype_data_size_sanity(out: Path) -> None:
+    curve = pd.read_csv(out / "tables" / "curve.csv")
+    assert curve.top_k_eff.between(0, 1).all() and (curve.perplexity > 1).all()
+    sizes = pd.read_csv(out / "tables" / "training_sets.csv").training_words
+    assert sizes.is_monotonic_increasing and sizes.is_unique and set(curve.training_words) == set(sizes)
+    epochs = curve.groupby(["seed", "training_words"]).epoch.agg(["min", "max", "nunique"])
+    assert (epochs["min"] == 1).all() and (epochs["max"] == epochs["nunique"]).all()
+    assert curve.groupby(["seed", "training_words", "epoch"]).user.nunique().nunique() == 1
+
+
+def deeptype_online_sanity(out: Path) -> None:
+    users = pd.read_csv(out / "tables" / "users.csv")
+    for col in ("top_k_eff_stream", "top_k_eff_last", "top_k_eff_later_lines"):
+        assert users[col].between(0, 1).all(), col
+    assert (users.train_steps[users.condition == "global"] == 0).all()
+    online = users[users.condition == "online"]
+    assert (online.train_steps == online.stream_words // 16).all()
+    assert ((users.last_words < users.later_lines_words) & (users.later_lines_words < users.stream_words)).all()
+    curve = pd.read_csv(out / "tables" / "curve.csv")
+    assert curve.cumulative_top_k_eff.between(0, 1).all()
+    assert np.allclose(curve.groupby(["seed", "user", "condition"]).fraction.max(), 1)
+
+
 # Checks that only make sense for one experiment; every notebook also gets the generic ones.
-SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity}
+SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity,
+          "autlearn_availability": autlearn_availability_sanity,
+          "deeptype_personal_data": deeptype_personal_data_sanity,
+          "colla": colla_sanity, "colla_cost": colla_cost_sanity,
+          "deeptype_ngram": deeptype_ngram_sanity, "deeptype_data_size": deeptype_data_size_sanity,
+          "deeptype_online": deeptype_online_sanity}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])

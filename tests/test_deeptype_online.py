@@ -1,0 +1,91 @@
+"""D7 online-training emulation: the stream is the user's history in order, each sample is scored
+before the model learns from it, only the softmax trains, and without training the emulator
+scores exactly as the standard evaluation does."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from ondevice.data.typing_samples import build_samples
+from ondevice.experiments import deeptype_online as exp
+from ondevice.params import ParameterError
+from ondevice.tasks.next_word import NextWordTask
+
+
+@pytest.fixture(scope="module")
+def setup(speeches, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
+        params = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, personal_learning_rate=0.5)
+        quiet = lambda _: None
+        corpus = exp.load_corpus(params, speeches, quiet)
+        models = exp.train_global(params, corpus, quiet)
+    user = corpus.split.test[0]
+    short = build_samples(corpus.users[user][:25], corpus.vocab, params.context_words)  # about 200 samples
+    return params, corpus, models, short
+
+
+def test_stream_is_the_earlier_then_the_later_lines(setup):
+    params, corpus, _, _ = setup
+    user = corpus.split.test[0]
+    data, later = exp.stream(corpus, user, params.personal_train_fraction)
+    first, second = corpus.personal(user, params.personal_train_fraction)
+    assert len(data) == len(first) + len(second) and later == len(first)
+    whole = build_samples(corpus.users[user], corpus.vocab, params.context_words)
+    for name in ("inputs", "labels", "offsets", "n_context", "word_len", "target"):
+        np.testing.assert_array_equal(getattr(data, name), getattr(whole, name), err_msg=name)
+
+
+def test_without_training_the_emulator_scores_as_the_evaluation(setup):
+    params, _, models, short = setup
+    needed, steps = exp.Emulator(params, models).run(short, params.seed, train=False)
+    models.model.set_weights(models.weights[params.seed])
+    reference = NextWordTask(params.k).evaluate(models.model, short)["chars_needed"]
+    assert steps == 0
+    np.testing.assert_array_equal(needed, reference)
+
+
+def test_online_training_scores_before_learning_and_trains_only_the_softmax(setup):
+    params, _, models, short = setup
+    emulator = exp.Emulator(params, models)
+    plain, _ = emulator.run(short, params.seed, train=False)
+    online, steps = emulator.run(short, params.seed, train=True)
+    b = params.online_batch_size
+    assert steps == len(short) // b
+    np.testing.assert_array_equal(online[:b], plain[:b])  # the first buffer is suggested by the global model
+    assert not np.array_equal(online[b:], plain[b:])      # later suggestions come from the trained model
+    after = models.model.get_weights()
+    softmax = {id(v) for v in models.model.get_layer("softmax").weights}
+    for var, w, g in zip(models.model.weights, after, models.weights[params.seed]):
+        assert np.array_equal(w, g) != (id(var) in softmax), var.name
+    again, _ = emulator.run(short, params.seed, train=True)  # reset: a fresh optimizer from the global weights
+    np.testing.assert_array_equal(again, online)
+
+
+def test_full_training_changes_every_layer(setup):
+    params, _, models, short = setup
+    full = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, online_training="full",
+                                personal_learning_rate=0.5)
+    exp.Emulator(full, models).run(short, params.seed, train=True)
+    changed = [not np.array_equal(w, g) for w, g in zip(models.model.get_weights(), models.weights[params.seed])]
+    assert all(changed)
+
+
+def test_parts_and_effects():
+    parts = exp._parts(100, 70, 0.1)
+    assert parts["last"].tolist() == list(range(90, 100)) and parts["later_lines"][0] == 70 and len(parts["stream"]) == 100
+    rows = []
+    for i, user in enumerate("abcde"):
+        for condition, bump in (("global", 0.0), ("online", 0.05)):
+            rows.append({"seed": 0, "user": user, "condition": condition, "top_k_eff_stream": 0.3 + 0.01 * i + bump,
+                         "top_k_eff_last": 0.3 + 0.01 * i + 2 * bump, "top_k_eff_later_lines": 0.3 + bump})
+    table = exp.effects(exp.Params.for_scale("smoke"), pd.DataFrame(rows))
+    assert table.verdict.tolist() == ["holds", "holds"]
+    assert table["our change"].iloc[1] > table["our change"].iloc[0] > 0
+    assert table["paper change"].tolist() == [0.095, 0.169]
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ParameterError, match="online_training"):
+        exp.Params.for_scale("smoke", online_training="sometimes")
+    with pytest.raises(ParameterError, match="last_fraction"):
+        exp.Params.for_scale("smoke", last_fraction=1.0)
