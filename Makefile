@@ -8,6 +8,14 @@ NOTEBOOK ?=
 FORCE ?=
 PARAMS ?= {}
 REFETCH ?=
+# Where per-user / per-seed jobs run (lib/ondevice/engine): sequential (default), dask with WORKERS
+# local processes, or a Dask cluster by address (CLUSTER=tcp://host:8786).
+ENGINE ?=
+WORKERS ?= 2
+CLUSTER ?=
+export ONDEVICE_ENGINE := $(ENGINE)
+export ONDEVICE_WORKERS := $(WORKERS)
+export ONDEVICE_CLUSTER := $(CLUSTER)
 KERNEL := ondevice
 # A local copy of the data laid out like the official releases (tests and CI use ../shared/data).
 ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
@@ -19,6 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  variables: SCALE=smoke|default|paper  NOTEBOOK=<name>  FORCE=1  PARAMS='{\"seed\": 1}'  REFETCH=1 (data: fetch again)"
+	@echo "  ENGINE=sequential|dask  WORKERS=N  CLUSTER=tcp://host:8786 (where fan-out jobs run; lib/ondevice/engine)"
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }

@@ -135,13 +135,50 @@ def deeptype_online_sanity(out: Path) -> None:
     assert np.allclose(curve.groupby(["seed", "user", "condition"]).fraction.max(), 1)
 
 
+def moil_image_sanity(out: Path) -> None:
+    t = out / "tables"
+    for name in ("history", "final"):
+        acc = pd.read_csv(t / f"{name}.csv")[["global_accuracy", "local_accuracy"]]
+        assert acc.stack().between(0, 1).all(), name
+    final = pd.read_csv(t / "final.csv")
+    assert (final.steps > 0).all() and (final.training_time_seconds > 0).all()
+    fmc = pd.read_csv(t / "fmc_vs_lf.csv")
+    assert (fmc["max |weight difference|"] < 1e-4).all()
+    assert fmc["global predictions equal"].all() and fmc["local predictions equal"].all()
+    size = pd.read_csv(t / "cache_size.csv")
+    assert (size["cached bytes per sample"] > 0).all()
+    assert np.isclose(size.loc[size.input == "224x224x3", "raw / cached"], 117.6, atol=0.05).all()
+    assert (pd.read_csv(t / "benchmark_time.csv")["steady step seconds"] > 0).all()
+    assert set(pd.read_csv(t / "timing_effects.csv")["verdict (time)"]) <= {"holds", "does not hold", "within noise"}
+    if (t / "on_device.csv").exists():
+        assert (pd.read_csv(t / "on_device.csv").abs_difference < 1e-3).all()
+
+
+def moil_audio_sanity(out: Path) -> None:
+    runs = pd.read_csv(out / "tables" / "runs.csv")
+    assert runs[["global AUC", "local AUC"]].stack().between(0, 1).all()
+    assert (runs["training clips"] > 0).all() and (runs["steps per epoch"] > 0).all()
+    history = pd.read_csv(out / "tables" / "history.csv")
+    assert history[["global_auc", "local_auc"]].stack().between(0, 1).all()
+    assert (pd.read_csv(out / "tables" / "fmc_equality.csv")["max |AUC difference|"] <= 1e-6).all()
+    cache = pd.read_csv(out / "tables" / "cache_size.csv")
+    assert (cache.bytes > 0).all() and (cache["vs raw float32 waveform"] > 0).all()
+    bench = pd.read_csv(out / "tables" / "benchmark.csv")
+    assert (bench.steady_step_seconds > 0).all() and bench.configuration.iloc[0] == "full training"
+    if (out / "tables" / "on_device.csv").is_file():
+        assert (pd.read_csv(out / "tables" / "on_device.csv").abs_difference < 1e-4).all()
+    if not json.loads((out / "run.json").read_text())["stand_in_data"]:
+        assert pd.read_csv(out / "tables" / "tflite_agreement.csv")["network: same top class"].mean() >= 0.75
+
+
 # Checks that only make sense for one experiment; every notebook also gets the generic ones.
 SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity,
           "autlearn_availability": autlearn_availability_sanity,
           "deeptype_personal_data": deeptype_personal_data_sanity,
           "colla": colla_sanity, "colla_cost": colla_cost_sanity,
           "deeptype_ngram": deeptype_ngram_sanity, "deeptype_data_size": deeptype_data_size_sanity,
-          "deeptype_online": deeptype_online_sanity}
+          "deeptype_online": deeptype_online_sanity,
+          "moil_image": moil_image_sanity, "moil_audio": moil_audio_sanity}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])

@@ -1,0 +1,157 @@
+"""YAMNet (Plakal & Ellis, 2020): a MobileNetV1-style audio tagger on 0.96 s log-mel patches.
+
+Input: patches of 96 frames x 64 mel bins (`data.audio_features`); output: logits over the 521
+AudioSet classes (the task's sigmoid turns them into scores). Fourteen convolutional layers, a
+3x3 convolution then thirteen depthwise-separable ones, each followed by batch norm (centre, no
+scale, epsilon 1e-4) and ReLU, then global average pooling and a dense layer.
+
+Batch norm uses its moving statistics, also while training (unless built for pre-training): personalisation runs with
+small batches from a pre-trained model, and a frozen part must be a fixed function of its input
+for feature-map caching (MoIL Sec. 4.3) to give the same result as running it.
+
+`units(model)` is what MoIL counts as YAMNet's layers: the thesis's audio cache holds 960 KB per
+10 s clip (Sec. 5.2, footnote 6) with LF(3), which is 20 patches x 6 x 4 x 512 float32, the
+output of YAMNet's layer 12. So LF(3) trains layers 13 and 14 and the classifier: a "layer" is
+one of YAMNet's 14 named conv layers (a separable one counts once) or the classifier, 15 in all.
+
+`import_tflite` reads the weights of the published `yamnet.tflite` (batch norm folded into the
+convolutions, most kernels stored as int8 with one scale per tensor) into this model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+PATCH_FRAMES, MEL_BINS, CLASSES = 96, 64, 521
+BN_EPSILON = 1e-4
+# (kind, stride, filters) of YAMNet's layers 1..14
+LAYERS = (("conv", 2, 32), ("sep", 1, 64), ("sep", 2, 128), ("sep", 1, 128), ("sep", 2, 256), ("sep", 1, 256),
+          ("sep", 2, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512),
+          ("sep", 2, 1024), ("sep", 1, 1024))
+
+
+def build(classes: int = CLASSES, *, seed: int | None = None, name: str = "yamnet",
+          train_batchnorm: bool = False) -> keras.Model:
+    """Patches [batch, 96, 64] -> logits [batch, classes]; weights random (seeded) until imported.
+    `train_batchnorm` (pre-training from scratch only): batch norm normalises by batch statistics
+    while training and updates its moving ones; the weights then load into the default model."""
+    def init(i):
+        return keras.initializers.GlorotUniform(seed=None if seed is None else seed * 64 + i)
+
+    def bn_relu(x, prefix):
+        # momentum 0.9 when training them: short pre-training runs (the stand-in's) end with
+        # moving statistics that match the batches'; it plays no part when they are frozen
+        x = keras.layers.BatchNormalization(center=True, scale=False, epsilon=BN_EPSILON, momentum=0.9,
+                                            name=f"{prefix}_bn")(
+            x, training=None if train_batchnorm else False)
+        return keras.layers.ReLU(name=f"{prefix}_relu")(x)
+
+    patches = keras.Input(shape=(PATCH_FRAMES, MEL_BINS), name="patches")
+    x = keras.layers.Reshape((PATCH_FRAMES, MEL_BINS, 1), name="layer1_reshape")(patches)
+    for i, (kind, stride, filters) in enumerate(LAYERS, 1):
+        if kind == "conv":
+            x = keras.layers.Conv2D(filters, 3, stride, padding="same", use_bias=False, kernel_initializer=init(i),
+                                    name=f"layer{i}_conv")(x)
+            x = bn_relu(x, f"layer{i}_conv")
+        else:
+            x = keras.layers.DepthwiseConv2D(3, stride, padding="same", use_bias=False,
+                                             depthwise_initializer=init(100 + i), name=f"layer{i}_depthwise")(x)
+            x = bn_relu(x, f"layer{i}_depthwise")
+            x = keras.layers.Conv2D(filters, 1, padding="same", use_bias=False, kernel_initializer=init(i),
+                                    name=f"layer{i}_pointwise")(x)
+            x = bn_relu(x, f"layer{i}_pointwise")
+    x = keras.layers.GlobalAveragePooling2D(name="classifier_pool")(x)
+    logits = keras.layers.Dense(classes, kernel_initializer=init(0), name="classifier_logits")(x)
+    return keras.Model(patches, logits, name=name)
+
+
+def units(model: keras.Model) -> list[list[keras.layers.Layer]]:
+    """MoIL's layers of YAMNet, input to output: layer1 .. layer14, then the classifier (15)."""
+    groups: dict[str, list] = {}
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        groups.setdefault(layer.name.split("_", 1)[0], []).append(layer)
+    order = [f"layer{i}" for i in range(1, len(LAYERS) + 1)] + ["classifier"]
+    if list(groups) != order:
+        raise ValueError(f"{model.name} is not a YAMNet built by ondevice.models.yamnet.build: units {list(groups)}")
+    return [groups[k] for k in order]
+
+
+def _tflite_tensor(interp: tf.lite.Interpreter, index: int) -> np.ndarray:
+    """A constant tensor as float32; int8 ones dequantised (int8 * scale, one scale per tensor or
+    per channel along the quantised dimension; YAMNet's zero points are 0)."""
+    detail = interp._get_tensor_details(index, 0)  # noqa: SLF001 - the public list lacks per-tensor lookup
+    value = interp.get_tensor(index)
+    if value.dtype != np.float32:
+        q = detail["quantization_parameters"]
+        if not len(q["scales"]) or np.any(q["zero_points"] != 0):
+            raise ValueError(f"tensor {detail['name']}: expected int8 scales with zero point 0, got {q}")
+        shape = [1] * value.ndim
+        shape[q["quantized_dimension"]] = -1
+        value = value.astype(np.float32) * np.reshape(q["scales"], shape if len(q["scales"]) > 1 else [1] * value.ndim)
+    return value.astype(np.float32)
+
+
+def read_tflite_weights(path: str | Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(op, kernel, bias) of the conv, depthwise and fully connected ops of `yamnet.tflite`, in
+    graph order, kernels dequantised. Ops are matched by order, not by the converter's names."""
+    from ..device.tflite import interpreter
+
+    interp = interpreter(Path(path).read_bytes())
+    ops = []
+    for op in interp._get_ops_details():  # noqa: SLF001 - no public API lists a graph's ops
+        kind = op["op_name"]
+        if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") or (kind == "FULLY_CONNECTED" and op["inputs"][2] >= 0):
+            ops.append([kind, *op["inputs"][1:3]])
+    # a dequantised kernel is the output of a DEQUANTIZE op: follow it back to its int8 source
+    dequantize = {op["outputs"][0]: op["inputs"][0] for op in interp._get_ops_details()  # noqa: SLF001
+                  if op["op_name"] == "DEQUANTIZE"}
+    # the front end's mel matrix is also a fully connected op with a bias (the log offset); the
+    # network's ops are the 27 convolutions and the classifier after it
+    network = [o for o in ops if o[0] != "FULLY_CONNECTED"] + [o for o in ops if o[0] == "FULLY_CONNECTED"][-1:]
+    return [(kind, _tflite_tensor(interp, dequantize.get(k, k)), _tflite_tensor(interp, b)) for kind, k, b in network]
+
+
+def import_tflite(model: keras.Model, path: str | Path) -> keras.Model:
+    """Set `model`'s weights from the published TFLite file: each folded conv kernel becomes the
+    conv kernel and its bias the batch norm's beta, with mean 0 and variance 1 - epsilon, so the
+    batch norm is the identity plus that bias. Returns the model."""
+    ops = read_tflite_weights(path)
+    convs = [layer for layer in model.layers if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D))]
+    bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    dense = model.get_layer("classifier_logits")
+    if len(ops) != len(convs) + 1 or len(bns) != len(convs):
+        raise ValueError(f"{path}: {len(ops)} weighted ops, the model has {len(convs)} convolutions + 1 dense")
+    for (kind, kernel, bias), conv, bn in zip(ops, convs, bns):
+        depthwise = isinstance(conv, keras.layers.DepthwiseConv2D)
+        if depthwise != (kind == "DEPTHWISE_CONV_2D"):
+            raise ValueError(f"{path}: op {kind} does not match layer {conv.name}")
+        conv.set_weights([np.transpose(kernel, (1, 2, 3, 0))])  # [out|1, h, w, in] -> [h, w, in, out|1]
+        bn.set_weights([bias, np.zeros_like(bias), np.full_like(bias, 1 - BN_EPSILON)])
+    kind, kernel, bias = ops[-1]
+    if kernel.shape != (dense.units, dense.kernel.shape[0]):
+        raise ValueError(f"{path}: classifier is {kernel.shape}, the model's is {tuple(dense.kernel.shape)[::-1]}")
+    dense.set_weights([kernel.T, bias])
+    return model
+
+
+def class_names(class_map: str | Path) -> list[str]:
+    """Display names of the 521 classes, in output order, from `yamnet_class_map.csv`."""
+    import csv
+
+    with open(class_map, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or set(rows[0]) != {"index", "mid", "display_name"} or [int(r["index"]) for r in rows] != list(range(len(rows))):
+        raise ValueError(f"{class_map}: expected columns index,mid,display_name with index 0..n-1")
+    return [r["display_name"] for r in rows]
+
+
+def load_h5(model: keras.Model, path: str | Path) -> keras.Model:
+    """The published `yamnet.h5` (float32 Keras weights): its weighted layers come in the same
+    order as ours (conv, batch norm, ..., logits), so they load by position."""
+    model.load_weights(str(path))
+    return model
