@@ -22,7 +22,7 @@ ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: help setup reproduce verify test data lab clean clean-results distclean lock publish browser export bench
+.PHONY: apt-lists help setup reproduce verify test data lab clean clean-results distclean lock publish browser export bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, register the Jupyter kernel
 
-data: setup ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
+data: setup apt-lists ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
 	$(PY) -m ondevice.data --scale $(SCALE) $(if $(REFETCH),--refetch)
 
 RUNNER = $(PY) -m ondevice.results.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
@@ -50,7 +50,7 @@ reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/S
 verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance
 	$(RUNNER) --verify
 
-test: setup browser ## unit tests and a papermill run of every notebook at smoke scale
+test: setup browser apt-lists ## unit tests and a papermill run of every notebook at smoke scale
 	$(PY) -m pytest -q
 
 # Debian's chromium for the browser test of the site (Playwright drives it; it cannot download
@@ -65,6 +65,14 @@ browser: ## install Debian's chromium (apt) for the site's browser test, when it
 	else echo "[browser] apt-get needs root or password-less sudo: the browser test will be skipped"; exit 0; fi; \
 	echo "[browser] installing chromium with apt-get"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
+
+# Fashion-MNIST comes from Debian's dataset-fashion-mnist (apt-get download, no install): apt needs
+# its package lists once on a fresh machine (root or password-less sudo); otherwise the official
+# release is tried.
+apt-lists:
+	@if ! command -v apt-get >/dev/null || ls /var/lib/apt/lists/*Packages* >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else exit 0; fi; \
+	echo "[data] apt-get update (package lists for apt-get download)"; $$sudo apt-get update -qq
 
 export: data ## write every personal model as a trainable .tflite, a user data file and manifest.json to results/SCALE/export/
 	$(PY) -m ondevice.device.export --scale $(SCALE)
