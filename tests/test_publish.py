@@ -260,3 +260,15 @@ def test_site_in_a_real_browser(committed_site, synthetic):
                 assert report["images"] >= sum(len(list((site / e.slug / "figures").glob("*.png"))) for e in entries)
         finally:
             browser.close()
+
+
+def test_citation_is_read_from_constants_fstrings_and_a_sibling_module(tmp_path):
+    (tmp_path / "paper_common.py").write_text('CITATION = ("Doe et al., " "Paper, 2020")\n')
+    (tmp_path / "exp_a.py").write_text(
+        'from . import paper_common as common\nfrom ..results import claims\n'
+        'PAPER = claims.Paper(citation=common.CITATION + ", Table 1", numbers=())\n')
+    (tmp_path / "exp_b.py").write_text('SOURCE = "Roe, Thesis"\nPAPER = Paper(citation=f"{SOURCE}, Sec. 5", numbers=())\n')
+    (tmp_path / "exp_c.py").write_text('PAPER = Paper(citation=make_citation(), numbers=())\n')
+    assert publish.paper_of("exp_a", tmp_path)[0] == "Doe et al., Paper, 2020, Table 1"
+    assert publish.paper_of("exp_b", tmp_path)[0] == "Roe, Thesis, Sec. 5"
+    assert publish.paper_of("exp_c", tmp_path)[0] == publish.DASH

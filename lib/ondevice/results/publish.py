@@ -139,7 +139,7 @@ def paper_of(name: str, experiments_dir: Path = EXPERIMENTS) -> tuple[str, list[
         if isinstance(node.value, ast.Call):
             arg = next((k.value for k in node.value.keywords if k.arg == "citation"),
                        node.value.args[0] if node.value.args else None)
-            citation = _literal(arg) or DASH
+            citation = _static_string(arg, tree, experiments_dir) or DASH
         for call in ast.walk(node.value):
             if isinstance(call, ast.Call) and _call_name(call) == "Effect":
                 arg = next((k.value for k in call.keywords if k.arg == "claim"), call.args[0] if call.args else None)
@@ -150,6 +150,39 @@ def paper_of(name: str, experiments_dir: Path = EXPERIMENTS) -> tuple[str, list[
 
 def _call_name(call: ast.Call) -> str:
     return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _module_constant(tree: ast.Module, name: str):
+    """The value node of a module-level `name = ...` assignment, or None."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node.value
+    return None
+
+
+def _static_string(node, tree: ast.Module, experiments_dir: Path, depth: int = 0) -> str | None:
+    """A string built from literals, `+`, module constants and constants of a sibling module
+    imported as `from . import other as alias` (e.g. a paper's shared citation); else None."""
+    if node is None or depth > 5:
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        parts = [_static_string(n, tree, experiments_dir, depth + 1) for n in (node.left, node.right)]
+        return None if None in parts else parts[0] + parts[1]
+    if isinstance(node, ast.JoinedStr):  # an f-string of constants
+        parts = [_static_string(v.value if isinstance(v, ast.FormattedValue) else v, tree, experiments_dir, depth + 1)
+                 for v in node.values]
+        return None if None in parts else "".join(parts)
+    if isinstance(node, ast.Name):
+        return _static_string(_module_constant(tree, node.id), tree, experiments_dir, depth + 1)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        module = next((a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 and not n.module
+                       for a in n.names if (a.asname or a.name) == node.value.id), None)
+        try:
+            other = ast.parse((experiments_dir / f"{module}.py").read_text(encoding="utf-8")) if module else None
+        except (OSError, SyntaxError, ValueError):
+            return None
+        return _static_string(_module_constant(other, node.attr), other, experiments_dir, depth + 1) if other else None
+    return _literal(node)
 
 
 def _literal(node) -> str | None:
