@@ -1,6 +1,7 @@
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,12 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 _models = tempfile.mkdtemp(prefix="ondevice-test-models-")
 os.environ["ONDEVICE_MODEL_CACHE"] = _models
 atexit.register(shutil.rmtree, _models, True)
+# A suite started in the background (`make test &`, nohup) inherits SIGINT/SIGHUP ignored; the
+# interrupt tests need the defaults (Ctrl-C -> KeyboardInterrupt), as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 mirror = Path(__file__).resolve().parents[2] / "shared" / "data"
 if mirror.is_dir():
     os.environ.setdefault("ONDEVICE_DATA_MIRROR", str(mirror))
