@@ -1,7 +1,10 @@
 """Device-state trace readers (FLASH, FedScale) on hand-written fixtures, their errors on malformed
 input, the synthetic FLASH-format generator, and the trace manifests (declared, not offline)."""
+import atexit
 import json
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +14,42 @@ import yaml
 from ondevice.data import device_traces as dt
 from ondevice.data import manifests
 
-FIXTURES = Path(__file__).parent / "fixtures"
+# Hand-written traces in the two formats, written to files as the readers expect them.
+FLASH_TRACE = {
+    "1": {"guid": "fixture-1", "model": "Redmi Note 8", "messages": (
+        "2021-03-01 00:00:00\twifi\n"
+        "2021-03-01 00:00:00\tscreen_on\n"
+        "2021-03-01 01:00:00\tbattery_charged_on\n"
+        "2021-03-01 01:00:00\t55%\n"
+        "2021-03-01 01:30:00\tscreen_off\n"
+        "2021-03-01 01:30:05\tscreen_lock\n"
+        "2021-03-01 03:30:00\t4g\n"
+        "2021-03-01 04:30:00\tscreen_on\n"
+        "2021-03-01 04:30:01\tscreen_unlock\n"
+        "2021-03-01 05:00:00\tbattery_charged_off\n"
+        "2021-03-02 00:00:00\tscreen_off\n"
+    )},
+    "2": {"guid": "fixture-2", "model": "Nexus 6", "messages": (
+        "2021-03-01 00:00:00\tscreen_off\n"
+        "2021-03-01 22:00:00\tbattery_charged_on\n"
+        "2021-03-01 20:00:00\tWIFI\n"
+        "2021-03-02 02:00:00\tphone_off\n"
+        "2021-03-02 03:00:00\tphone_on\n"
+        "2021-03-02 06:00:00\tbattery_charged_off\n"
+        "\n"
+        "2021-03-03 00:00:00\tbattery_okay\n"
+    )},
+}
+FEDSCALE_TRACE = {
+    1: {"duration": 5400, "inactive": [7200, 12600], "finish_time": 86400, "active": [3600, 10800], "model": "Redmi Note 8"},
+    7: {"duration": 0, "inactive": [], "finish_time": 172800, "active": [], "model": "SM-N970F"},
+}
+FIXTURES = Path(tempfile.mkdtemp(prefix="ondevice-trace-fixtures-"))
+atexit.register(shutil.rmtree, FIXTURES, True)
 FLASH = FIXTURES / "flash_state_traces.json"
+FLASH.write_text(json.dumps(FLASH_TRACE, indent=1))
 FEDSCALE = FIXTURES / "fedscale_client_behave_trace.pkl"
+FEDSCALE.write_bytes(pickle.dumps(FEDSCALE_TRACE, protocol=0))
 H = 3600.0
 
 
