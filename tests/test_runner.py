@@ -157,10 +157,37 @@ def test_only_results_this_checkout_completed_are_skipped(tmp_path, monkeypatch)
     assert runner.run_notebook(notebook, "smoke", {"value": 1}) == "complete"  # other parameters
 
 
+def test_finished_jobs_survive_a_failed_run_and_go_with_a_completed_one(tmp_path, monkeypatch):
+    """The kernel gets a jobs directory outside staging: what a failed run stored there is seen
+    by the next run, and a completed run removes it."""
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""\nfail = False')
+    params.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "import json, os, pathlib\n"
+        "jobs = pathlib.Path(os.environ['ONDEVICE_JOBS_DIR'])\n"
+        "jobs.mkdir(parents=True, exist_ok=True)\n"
+        "resumed = (jobs / 'user-1.pkl').is_file()\n"
+        "(jobs / 'user-1.pkl').write_text('finished')\n"
+        "assert not fail, 'stopped after user 1'\n"
+        "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'jobs', 'resumed': resumed}))")
+    nb = nbformat.v4.new_notebook(cells=[params, body])
+    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
+    notebook = tmp_path / "jobs.ipynb"
+    nbformat.write(nb, notebook)
+    jobs = tmp_path / "results" / "smoke" / runner.JOBS / "jobs"
+
+    assert runner.run_notebook(notebook, "smoke", {"fail": True}) == "failed"
+    assert (jobs / "user-1.pkl").is_file()
+    assert runner.run_notebook(notebook, "smoke", {}) == "complete"
+    assert json.loads((tmp_path / "results" / "smoke" / "jobs" / "run.json").read_text())["resumed"] is True
+    assert not jobs.exists()
+
+
 @pytest.mark.skipif(not has_git(), reason="needs a git checkout")
 def test_completion_marker_is_git_ignored():
-    path = "results/default/some_notebook/.complete.json"
-    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO_ROOT).returncode == 0
+    for path in ("results/default/some_notebook/.complete.json", "results/default/.jobs/some_notebook/x.pkl"):
+        assert subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO_ROOT).returncode == 0
     assert subprocess.run(["git", "check-ignore", "-q", "--no-index", "results/default/some_notebook/run.json"],
                           cwd=REPO_ROOT).returncode == 1
 

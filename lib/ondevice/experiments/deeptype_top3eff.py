@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import streams
+from .. import engine, streams
 from ..device import tflite
 from ..metrics import top_k_eff
 from ..models import lstm_lm
@@ -132,35 +132,39 @@ def _softmax_index(model) -> int:
 
 
 class _Personal:
-    """Personal training of users on one global model's vocabulary, one trainer per optimizer and
-    learning rate (each reset to the start weights with a fresh optimizer state per user)."""
+    """Personal training on one model (a global model's architecture), one trainer per optimizer
+    and learning rate (each reset to the start weights with a fresh optimizer state per user)."""
 
-    def __init__(self, params: Params, corpus: Corpus, models: GlobalModels):
-        self.params, self.corpus, self.models = params, corpus, models
+    def __init__(self, params: Params, model):
+        self.params, self.model = params, model
         self.task = NextWordTask(params.k)
         self._trainers: dict[tuple, Trainer] = {}
-        self._softmax = _softmax_index(models.model)
+        self._softmax = _softmax_index(model)
 
     def trainer(self, optimizer: str, lr: float) -> Trainer:
         if (optimizer, lr) not in self._trainers:
-            self._trainers[optimizer, lr] = Trainer(self.models.model, self.task, lr, optimizer)
+            self._trainers[optimizer, lr] = Trainer(self.model, self.task, lr, optimizer)
         return self._trainers[optimizer, lr]
 
     def score(self, model, test) -> dict:
         r = self.task.evaluate(model, test)
         return {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"], "_chars": r["chars_needed"]}
 
-    def train(self, user: str, start: list[np.ndarray], optimizer: str, lr: float, epochs: int, rng,
+    def score_weights(self, weights: list[np.ndarray], test) -> dict:
+        self.model.set_weights(weights)
+        return self.score(self.model, test)
+
+    def train(self, data, start: list[np.ndarray], optimizer: str, lr: float, epochs: int, rng,
               score_each_epoch: bool = False) -> list[dict]:
-        """Train from `start` on the user's training part; the scores after the last epoch (or
-        after each), with the steps taken and how far the softmax rows moved."""
+        """Train from `start` on a user's (train, test) samples; the scores after the last epoch
+        (or after each), with the steps taken and how far the softmax rows moved."""
         p = self.params
-        train, test = self.corpus.personal(user, p.personal_train_fraction)
+        train, test = data
         trainer = self.trainer(optimizer, lr)
         trainer.reset(start)
         seen = np.setdiff1d(np.unique(train.labels), [0, 1])
-        unseen = np.setdiff1d(np.arange(2, self.corpus.vocab.size), seen)
         w0 = start[self._softmax]
+        unseen = np.setdiff1d(np.arange(2, w0.shape[1]), seen)
         out, steps, begin = [], 0, time.perf_counter()
         for epoch in range(1, epochs + 1):
             steps += trainer.fit(train, 1, p.personal_batch_size, rng)[0]["steps"]
@@ -181,16 +185,15 @@ def select_personal(params: Params, corpora: dict[str, Corpus], models: dict[str
     candidates = [("sgd", lr) for lr in params.sgd_lr_grid] + [("adam", lr) for lr in params.adam_lr_grid]
     if not candidates:
         return None, pd.DataFrame()
-    personal = _Personal(params, corpora["crowd"], models["crowd"])
+    personal, crowd = _Personal(params, models["crowd"].model), corpora["crowd"]
     start = models["crowd"].weights[params.seed]
-    personal.models.model.set_weights(start)
-    base = {u: personal.score(personal.models.model, corpora["crowd"].personal(u, params.personal_train_fraction)[1])["top_k_eff"]
-            for u in corpora["crowd"].split.validation}
+    data = {u: crowd.personal(u, params.personal_train_fraction) for u in crowd.split.validation}
+    base = {u: personal.score_weights(start, data[u][1])["top_k_eff"] for u in crowd.split.validation}
     runs = {}
     for opt, lr in candidates:
-        runs[opt, lr] = {u: personal.train(u, start, opt, lr, params.personal_epochs,
+        runs[opt, lr] = {u: personal.train(data[u], start, opt, lr, params.personal_epochs,
                                            streams.rng(params.seed, f"selection/{u}"), score_each_epoch=True)
-                         for u in corpora["crowd"].split.validation}
+                         for u in crowd.split.validation}
     rows = {}
     for (opt, lr), per_user in runs.items():
         for e in range(params.personal_epochs):
@@ -216,39 +219,63 @@ def _row(seed, user, condition, train, test, score: dict, **extra) -> dict:
             **{k: v for k, v in extra.items()}, "_chars": (test.word_len, score["_chars"])}
 
 
+_personals: dict = {}  # per process: one model and its trainers per (params, architecture)
+
+
+def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> _Personal:
+    if (params, config) not in _personals:
+        _personals[params, config] = _Personal(params, lstm_lm.build(config))
+    return _personals[params, config]
+
+
+def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
+    """One (seed, test user) of the personalization stage, as an engine job: each global model
+    as it is and personalised with the paper's configuration (and the tuned one), and a model
+    trained on the user's data alone. `data`: the user's (train, test) samples per global text;
+    `shared`: the parameters, architectures, global and from-scratch weights. Every random draw
+    comes from the user's own stream, so the rows do not depend on where the job runs."""
+    p, tuned, rows = shared["params"], shared["tuned"], []
+    paper = p.paper_config
+    for name, g_name, p_name in (("crowd", G_CROWD, P_CROWD), ("far", G_FAR, P_FAR)):
+        personal, (train, test) = _personal_for(p, shared["configs"][name]), data[name]
+        start = shared["weights"][name][seed]
+        rows.append(_row(seed, user, g_name, train, test, personal.score_weights(start, test)))
+        trained = personal.train(data[name], start, paper["optimizer"], paper["learning_rate"], paper["epochs"],
+                                 streams.rng(seed, f"personal/{user}"))[-1]
+        rows.append(_row(seed, user, p_name, train, test, trained, **_training(trained)))
+    crowd, (train, test) = _personal_for(p, shared["configs"]["crowd"]), data["crowd"]
+    alone = crowd.train(data["crowd"], shared["scratch"][seed], paper["optimizer"], paper["learning_rate"],
+                        paper["epochs"], streams.rng(seed, f"personal-only/{user}"))[-1]
+    rows.append(_row(seed, user, P_ONLY, train, test, alone, **_training(alone)))
+    if tuned is not None:
+        t = crowd.train(data["crowd"], shared["weights"]["crowd"][seed], tuned["optimizer"], tuned["learning_rate"],
+                        tuned["epochs"], streams.rng(seed, f"personal/{user}"))[-1]
+        rows.append(_row(seed, user, P_TUNED, train, test, t, **_training(t)))
+    return rows
+
+
 def personalize(params: Params, corpora: dict[str, Corpus], models: dict[str, GlobalModels], tuned: dict | None,
                 log=print) -> list[dict]:
-    """Every seed and test user: each global model as it is, personalised with the paper's
-    configuration (and the tuned one), and a model trained on the user's data alone."""
-    p, rows = params, []
-    crowd, far = _Personal(p, corpora["crowd"], models["crowd"]), _Personal(p, corpora["far"], models["far"])
-    config = lstm_lm.LSTMConfig(corpora["crowd"].vocab.input_size, corpora["crowd"].vocab.size, p.embedding_dim,
-                                p.hidden_units, p.lstm_layers)
-    paper = p.paper_config
-    run_tuned = p.tuned_row and tuned is not None and tuned != paper
-    for seed in p.seed_list:
-        scratch = lstm_lm.build(config, seed=streams.tf_seed(seed, "init/personal-only")).get_weights()
-        for n, user in enumerate(corpora["crowd"].split.test, 1):
-            for personal, g_name, p_name in ((crowd, G_CROWD, P_CROWD), (far, G_FAR, P_FAR)):
-                train, test = personal.corpus.personal(user, p.personal_train_fraction)
-                start = personal.models.weights[seed]
-                personal.models.model.set_weights(start)
-                rows.append(_row(seed, user, g_name, train, test, personal.score(personal.models.model, test)))
-                trained = personal.train(user, start, paper["optimizer"], paper["learning_rate"], paper["epochs"],
-                                         streams.rng(seed, f"personal/{user}"))[-1]
-                rows.append(_row(seed, user, p_name, train, test, trained, **_training(trained)))
-            train, test = crowd.corpus.personal(user, p.personal_train_fraction)
-            alone = crowd.train(user, scratch, paper["optimizer"], paper["learning_rate"], paper["epochs"],
-                                streams.rng(seed, f"personal-only/{user}"))[-1]
-            rows.append(_row(seed, user, P_ONLY, train, test, alone, **_training(alone)))
-            if run_tuned:
-                t = crowd.train(user, crowd.models.weights[seed], tuned["optimizer"], tuned["learning_rate"], tuned["epochs"],
-                                streams.rng(seed, f"personal/{user}"))[-1]
-                rows.append(_row(seed, user, P_TUNED, train, test, t, **_training(t)))
-            got = {r["condition"]: r["top_k_eff"] for r in rows[-(4 + run_tuned):]}
-            log(f"seed {seed} user {n}/{len(corpora['crowd'].split.test)} {user} ({len(train)} personal words): "
-                + ", ".join(f"{c} {v:.3f}" for c, v in got.items()))
-    return rows
+    """Every seed and test user as one job on the engine (`ondevice.engine`: in this process by
+    default, Dask workers with ONDEVICE_ENGINE=dask); finished users survive an interrupted run."""
+    p = params
+    config = common.model_config(p, corpora["crowd"])
+    run_tuned = p.tuned_row and tuned is not None and tuned != p.paper_config
+    shared = {"params": p, "tuned": tuned if run_tuned else None,
+              "configs": {name: common.model_config(p, c) for name, c in corpora.items()},
+              "weights": {name: m.weights for name, m in models.items()},
+              "scratch": {seed: lstm_lm.build(config, seed=streams.tf_seed(seed, "init/personal-only")).get_weights()
+                          for seed in p.seed_list}}
+    test_users = corpora["crowd"].split.test
+    jobs = [engine.Job(f"seed={seed}/user={user}", user_job,
+                       {"seed": seed, "user": user,
+                        "data": {name: c.personal(user, p.personal_train_fraction) for name, c in corpora.items()}})
+            for seed in p.seed_list for user in test_users]
+    results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"{NAME}-personalize"), log=log)
+    for job, got in zip(jobs, results):
+        log(f"{job.key} ({got[0]['train_words']} personal words): "
+            + ", ".join(f"{r['condition']} {r['top_k_eff']:.3f}" for r in got))
+    return [r for got in results for r in got]
 
 
 def _training(trained: dict) -> dict:
@@ -260,7 +287,7 @@ def control(params: Params, corpora: dict[str, Corpus], models: dict[str, Global
     optimizer, rate and batch as personal training) on crowd text, not the user's, scored on each
     user's test part. One continuous run per seed, scored at each user's step count."""
     p, out = params, []
-    personal = _Personal(p, corpora["crowd"], models["crowd"])
+    personal = _Personal(p, models["crowd"].model)
     steps = {(r["seed"], r["user"]): r["steps"] for r in rows if r["condition"] == P_CROWD}
     for seed in p.seed_list:
         trainer = personal.trainer(p.personal_optimizer, p.personal_learning_rate)

@@ -8,7 +8,10 @@ A failing notebook's executed copy, with the error, goes to results/<scale>/<nam
 command exits 1. After each notebook the headline numbers of its run.json are printed beside the
 published ones (git HEAD); with --verify a number outside the published tolerance exits 3.
 SIGINT or SIGTERM stops the kernel and every other child, removes the staging directory and exits
-130. ONDEVICE_RESULTS moves results/ (tests use it).
+130. Per-user / per-seed engine jobs that finished survive a failed or interrupted run in
+results/<scale>/.jobs/<name>/ (ONDEVICE_JOBS_DIR for the kernel) and are reused by the next run
+of the same code and arguments; a completed run removes them. ONDEVICE_RESULTS moves results/
+(tests use it).
 
     python -m ondevice.results.runner --scale default [--notebook NAME] [--force] [--params JSON] [--verify]
 """
@@ -37,6 +40,7 @@ NOTEBOOKS = REPO_ROOT / "notebooks"
 RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
 KERNEL = "ondevice"
 MARKER = ".complete.json"  # git-ignored: only results this checkout produced are skipped
+JOBS = ".jobs"  # results/<scale>/.jobs/<notebook>/: finished engine jobs of an unfinished run (git-ignored)
 EXIT_FAILED, EXIT_DIFFERS, EXIT_INTERRUPTED = 1, 3, 130
 
 
@@ -152,6 +156,9 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
         return "skipped"
 
     staging = scale_dir / f".staging-{name}-{os.getpid()}"
+    # Finished per-user / per-seed jobs (ondevice.engine) are kept here, outside the staging
+    # directory, so a failed or interrupted run resumes from them; a completed run removes them.
+    os.environ["ONDEVICE_JOBS_DIR"] = str(scale_dir / JOBS / name)
     try:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
@@ -201,6 +208,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
             atomic_write(staging / MARKER, lambda p: p.write_text(json.dumps(marker, indent=2)))
             shutil.rmtree(scale_dir / f"{name}.failed", ignore_errors=True)
             _replace_dir(staging, final)
+            shutil.rmtree(scale_dir / JOBS / name, ignore_errors=True)
     if error:
         print(f"[reproduce] {name} ({scale}): FAILED, executed copy in {failed}\n{error}", file=sys.stderr, flush=True)
         return "failed"
