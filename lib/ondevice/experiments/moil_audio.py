@@ -242,36 +242,45 @@ def _real_clips(params: Params, log) -> tuple[esc50.Clips, list[dict]]:
     return clips, [manifests.load("esc50").summary()]
 
 
+AUDIOSET_LAYOUT = ("<audioset_root>/eval_segments.csv (the official CSV: '#' comment lines, then rows "
+                   "YTID, start_seconds, end_seconds, \"mid,mid,...\") and <audioset_root>/audio/<YTID>_<start_seconds "
+                   "as an integer>.wav (16-bit PCM, any rate; the clips you downloaded)")
+
+
 def load_audioset(root: str | Path, class_names: list[str]) -> tuple[pd.DataFrame, list[np.ndarray], np.ndarray]:
-    """The AudioSet evaluation set as (meta, waveforms, labels): `<root>/eval_segments.csv` (the
-    official CSV: YTID, start_seconds, end_seconds, positive_labels as mids) and the clips you
-    downloaded as `<root>/audio/<YTID>_<start_seconds as int>.wav`; missing clips are skipped (the
-    thesis: some are no longer available)."""
+    """The AudioSet evaluation set as (meta, waveforms, labels), laid out as `AUDIOSET_LAYOUT`.
+    Labels are YAMNet's 521 outputs (by mid, from its class map); a listed clip that is missing
+    is skipped (the thesis: some are no longer available), and so is one none of whose labels
+    YAMNet outputs (6 of AudioSet's 527 classes are not among them). `target`, the class GDM
+    samples a clip under, is the lowest of its labels' outputs (as `gdm.sampling_class`)."""
     root = Path(root)
     csv_path = root / "eval_segments.csv"
     if not csv_path.is_file() or not (root / "audio").is_dir():
-        raise manifests.DataError(f"no AudioSet evaluation set at {root}: expected {root}/eval_segments.csv and "
-                                  f"{root}/audio/<YTID>_<start>.wav (download the clips listed in eval_segments.csv)")
+        raise manifests.DataError(f"no AudioSet evaluation set at {root}: expected {AUDIOSET_LAYOUT}")
     import csv as _csv
 
-    mids = {}
     with open(manifests.resolve("yamnet", "class_map"), newline="") as f:
-        for row in _csv.DictReader(f):
-            mids[row["mid"]] = int(row["index"])
+        mids = {row["mid"]: int(row["index"]) for row in _csv.DictReader(f)}
     rows, waves, labels = [], [], []
     with open(csv_path, newline="") as f:
-        for rec in _csv.reader(line for line in f if not line.startswith("#")):
-            ytid, start, _, positive = (s.strip().strip('"') for s in rec[:3] + [",".join(rec[3:])])
+        for line, rec in enumerate(_csv.reader((line for line in f if not line.startswith("#")), skipinitialspace=True)):
+            if not rec:
+                continue
+            if len(rec) != 4:
+                raise manifests.DataError(f"{csv_path}: row {line + 1} has {len(rec)} fields, expected {AUDIOSET_LAYOUT}")
+            ytid, start, _, positive = (field.strip() for field in rec)
             path = root / "audio" / f"{ytid}_{int(float(start))}.wav"
-            if not path.is_file():
+            outputs = [mids[m.strip()] for m in positive.split(",") if m.strip() in mids]
+            if not path.is_file() or not outputs:
                 continue
             y = np.zeros(len(class_names), np.float32)
-            y[[mids[m] for m in positive.split(",") if m.strip() in mids]] = 1
+            y[outputs] = 1
             waves.append(esc50.read_wav(path))
             labels.append(y)
-            rows.append({"filename": path.name, "target": int(np.argmax(y))})
+            rows.append({"filename": path.name, "target": min(outputs)})
     if not rows:
-        raise manifests.DataError(f"{root}/audio holds none of the clips listed in {csv_path}")
+        raise manifests.DataError(f"{root}/audio holds none of the clips listed in {csv_path} (with a label YAMNet "
+                                  f"outputs): expected {AUDIOSET_LAYOUT}")
     return pd.DataFrame(rows), waves, np.stack(labels)
 
 

@@ -9,6 +9,11 @@ three equal channels (`models/mobilenet_v2.py`). The model outputs logits over t
 10 global and 10 local classes (local class d is output 10 + d). Global accuracy = top-1 on
 Fashion-MNIST test images, local accuracy = top-1 on held-out digits, both after every epoch.
 
+Paper scale, real data (manual downloads): ImageNet is the global set and the 225 bird species
+the local one, output over the union (1,000 + 225), streamed from their JPEG files with tf.data
+(`data/image_folders.py`: decoded and resized per batch, GDM samples file names); the pre-trained
+model is Keras's MobileNetV2 with its ImageNet weights (`models/mobilenet_v2.load_imagenet`).
+
 Runs, each starting from the global model pre-trained on the global set (cached):
 `baseline` (from scratch on all global + local training data), GDM(alpha) for every alpha of the
 sweep (0 = local data only), GDM(alpha)+LF(n) for every n of the sweep, and
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import logging
 import math
 import tempfile
@@ -37,7 +43,7 @@ import pandas as pd
 import tensorflow as tf
 
 from .. import streams
-from ..data import digits, fashion_mnist, manifests
+from ..data import digits, fashion_mnist, image_folders, manifests
 from ..device import tflite
 from ..models import mobilenet_v2
 from ..params import Params as BaseParams
@@ -110,8 +116,9 @@ class Params(BaseParams):
     bootstrap: int = 2000
     thesis_size_check: bool = True   # also measure M6 at the thesis's 224x224x3 MobileNetV2 1.0
     global_data: str = "fashion_mnist"   # fashion_mnist | imagenet (paper scale, manual download)
-    imagenet_root: str = ""
-    birds_root: str = ""
+    imagenet_root: str = ""          # <root>/train/<wnid>/*.JPEG and <root>/val/<wnid>/*.JPEG
+    birds_root: str = ""             # <root>/train/<SPECIES>/*.jpg and <root>/test/<SPECIES>/*.jpg
+    imagenet_weights: str = ""       # Keras's MobileNetV2 ImageNet .h5 (empty: data_manifests/mobilenet_v2_imagenet.yaml)
 
     PRESETS = {
         "smoke": dict(bn_momentum=0.5, global_train=600, global_test=300, local_samples=400, pretrain_epochs=2, baseline_epochs=1,
@@ -135,7 +142,11 @@ class Params(BaseParams):
             self.require(10 <= self.global_train <= 60000, "global_train", "must lie in [10, 60000]")
             self.require(10 <= self.global_test <= 10000, "global_test", "must lie in [10, 10000]")
             self.require(self.pretrain_epochs >= 1, "pretrain_epochs", "must be >= 1")
-        self.require(self.local_samples == 0 or 40 <= self.local_samples <= 1797, "local_samples", "must be 0 (all) or in [40, 1797]")
+            self.require(self.local_samples == 0 or 40 <= self.local_samples <= 1797, "local_samples",
+                         "must be 0 (all) or in [40, 1797]")
+        else:  # ImageNet (0 = every image) and its weights, trained on for pretrain_epochs more epochs
+            for name in ("global_train", "global_test", "local_samples", "pretrain_epochs"):
+                self.require(getattr(self, name) >= 0, name, "must be >= 0 (0: all images / no further pre-training)")
         self.require(0 < self.local_test_fraction < 1, "local_test_fraction", "must lie in (0, 1)")
         self.require(self.baseline_epochs >= 1 and self.epochs >= 1, "epochs", "and baseline_epochs must be >= 1")
         self.require(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -157,25 +168,35 @@ class Params(BaseParams):
 
 @dataclass
 class Data:
-    """Images (n, size, size, channels) float32 in [0, 1]; labels in the union label space."""
+    """Images (n, size, size, channels) float32 in [0, 1], in memory or (paper scale) as
+    `image_folders.ImageFiles` streamed from JPEG files; labels in the union label space."""
 
     global_train: tuple[np.ndarray, np.ndarray]
     global_test: tuple[np.ndarray, np.ndarray]
     local_train: tuple[np.ndarray, np.ndarray]
     local_test: tuple[np.ndarray, np.ndarray]
     sources: list[dict]
-    native_bytes: int  # bytes of one global image as distributed (28x28 uint8)
+    native_bytes: int  # bytes of one global image as distributed (28x28 uint8; decoded 8-bit RGB for JPEGs)
+    global_classes: int = GLOBAL_CLASSES
+    local_classes: int = LOCAL_CLASSES
+    set_sources: tuple[str, ...] = ("Fashion-MNIST train", "Fashion-MNIST test", "digits (scikit-learn, bundled)",
+                                    "digits (scikit-learn, bundled)")
+    stand_in: str | None = STAND_IN
+    init_weights: str | None = None  # weights the pre-trained model starts from (paper: Keras's ImageNet .h5)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return self.global_train[0].shape[1:]
 
+    @property
+    def classes(self) -> int:
+        return self.global_classes + self.local_classes
+
     def table(self) -> pd.DataFrame:
         rows = []
-        for name, (x, y), source in (("global train", self.global_train, "Fashion-MNIST train"),
-                                     ("global test", self.global_test, "Fashion-MNIST test"),
-                                     ("local train", self.local_train, "digits (scikit-learn, bundled)"),
-                                     ("local test", self.local_test, "digits (scikit-learn, bundled)")):
+        for name, (x, y), source in zip(("global train", "global test", "local train", "local test"),
+                                        (self.global_train, self.global_test, self.local_train, self.local_test),
+                                        self.set_sources):
             rows.append({"set": name, "source": source, "images": len(x), "classes": len(np.unique(y)),
                          "labels": f"{int(y.min())}-{int(y.max())}", "input": "x".join(map(str, x.shape[1:]))})
         return pd.DataFrame(rows)
@@ -198,26 +219,82 @@ def _resize(images: np.ndarray, size: int, scale: float) -> np.ndarray:
     return np.clip(out, 0.0, 1.0)
 
 
-def _paper_data(params: Params):
-    """ImageNet and the 225 bird species are manual downloads; say exactly what is expected."""
-    raise manifests.DataError(
-        "paper scale needs two manual downloads (neither can be fetched automatically):\n"
-        "  imagenet_root: the ILSVRC2012 classification set (image-net.org, login and terms), laid out as\n"
-        "    <imagenet_root>/train/<wnid>/*.JPEG (1,000 folders n01440764 ... n15075141, 1,281,167 images) and\n"
-        "    <imagenet_root>/val/<wnid>/*.JPEG (the 50,000 validation images sorted into the same 1,000 folders);\n"
-        "  birds_root: Kaggle's '225 bird species' release (gpiosenka), laid out as\n"
-        "    <birds_root>/train/<SPECIES NAME>/*.jpg and <birds_root>/test/<SPECIES NAME>/*.jpg (225 folders each).\n"
-        "They are declared in data_manifests/imagenet.yaml and birds225.yaml; the ImageNet weights of MobileNetV2 "
-        "1.0/224 in data_manifests/mobilenet_v2_imagenet.yaml.\n"
-        f"Given: imagenet_root={params.imagenet_root!r}, birds_root={params.birds_root!r}. The streaming input "
-        "pipeline these sets need is not part of this suite yet; run the smoke or default scale.")
+IMAGENET_LAYOUT = ("imagenet_root: the ILSVRC2012 classification set (image-net.org, login and terms), laid out as "
+                   "<imagenet_root>/train/<wnid>/*.JPEG (1,000 folders n01440764 ... n15075141, 1,281,167 images) and "
+                   "<imagenet_root>/val/<wnid>/*.JPEG (the 50,000 validation images sorted into the same 1,000 folders)")
+BIRDS_LAYOUT = ("birds_root: Kaggle's '225 bird species' release (gpiosenka), laid out as "
+                "<birds_root>/train/<SPECIES NAME>/*.jpg and <birds_root>/test/<SPECIES NAME>/*.jpg (225 folders each)")
+
+
+def _imagenet_weights(params: Params) -> Path:
+    if params.imagenet_weights:
+        path = Path(params.imagenet_weights)
+        if not path.is_file():
+            raise manifests.DataError(f"imagenet_weights: no file at {path} (Keras's MobileNetV2 {params.width:g}/"
+                                      f"{params.image_size} ImageNet weights, see data_manifests/mobilenet_v2_imagenet.yaml)")
+        return path
+    return manifests.resolve("mobilenet_v2_imagenet", "weights")
+
+
+def _folders(root: str, splits: tuple[str, str], layout: str):
+    """Both splits of a one-folder-per-class set; they must have the same classes."""
+    (x, y, classes), (tx, ty, test_classes) = (image_folders.scan(root, split, layout) for split in splits)
+    if classes != test_classes:
+        differ = sorted(set(classes) ^ set(test_classes))
+        raise manifests.DataError(f"{root}/{splits[0]} and {root}/{splits[1]} have different class folders "
+                                  f"({len(differ)} differ, e.g. {differ[:3]}): expected {layout}")
+    return (x, y), (tx, ty), classes
+
+
+def _paper_data(params: Params, log) -> Data:
+    """ImageNet (global, labels 0-999 in sorted-wnid order, as Keras's ImageNet classifier) and the
+    bird species (local, labels 1000 + species index) as file lists streamed from their JPEGs;
+    `global_train`, `global_test` and `local_samples` > 0 sample that many images, equally many per
+    class (split seed); 0 takes every image. The bird set's own test split is the local test set."""
+    if not params.imagenet_root or not params.birds_root:
+        raise manifests.DataError(
+            "paper scale needs two manual downloads (neither can be fetched automatically):\n"
+            f"  {IMAGENET_LAYOUT};\n  {BIRDS_LAYOUT}.\n"
+            "They are declared in data_manifests/imagenet.yaml and birds225.yaml; the ImageNet weights of MobileNetV2 "
+            "1.0/224 in data_manifests/mobilenet_v2_imagenet.yaml (or pass imagenet_weights).\n"
+            f"Given: imagenet_root={params.imagenet_root!r}, birds_root={params.birds_root!r}.")
+    (gx, gy), (tx, ty), wnids = _folders(params.imagenet_root, ("train", "val"), IMAGENET_LAYOUT)
+    (lx, ly), (sx, sy), species = _folders(params.birds_root, ("train", "test"), BIRDS_LAYOUT)
+    weights = _imagenet_weights(params)
+    rng = streams.rng(params.seed, "moil_image/split")
+
+    def sample(count, x, y):  # a per-class sample of the file names (count = 0: all of them)
+        keep = _per_class(y, count, rng) if count else slice(None)
+        return x[keep], y[keep]
+
+    (gx, gy), (tx, ty), (lx, ly) = (sample(params.global_train, gx, gy), sample(params.global_test, tx, ty),
+                                    sample(params.local_samples, lx, ly))
+    files = lambda x: image_folders.ImageFiles(x, params.image_size)
+    g = len(wnids)
+    parts = {"global_train": (files(gx), gy), "global_test": (files(tx), ty),
+             "local_train": (files(lx), ly + g), "local_test": (files(sx), sy + g)}
+
+    def summary(name, root, keys):
+        digest = hashlib.sha256("".join(parts[k][0].fingerprint() for k in keys).encode()).hexdigest()
+        return {**manifests.load(name).summary(), "read_from": str(root), "file_list_sha256": digest}
+
+    data = Data(**parts, native_bytes=params.image_size ** 2 * 3, global_classes=g, local_classes=len(species),
+                sources=[summary("imagenet", params.imagenet_root, ("global_train", "global_test")),
+                         summary("birds225", params.birds_root, ("local_train", "local_test")),
+                         {**manifests.load("mobilenet_v2_imagenet").summary(), "read_from": str(weights),
+                          "sha256": manifests.sha256_of(weights)}],
+                set_sources=("ImageNet train", "ImageNet validation", "bird species train", "bird species test"),
+                stand_in=None, init_weights=str(weights))
+    log(f"global: {len(gx)} training / {len(tx)} validation ImageNet images of {g} classes; local: {len(lx)} / {len(sx)} "
+        f"bird images of {len(species)} species; streamed from JPEG files at {params.image_size}x{params.image_size}x3")
+    return data
 
 
 def load_data(params: Params, log=print) -> Data:
     """Fashion-MNIST (global) and digits (local), sampled per class with the split seed, resized
     once to the model's input size; local labels are shifted to 10-19."""
     if params.global_data == "imagenet":
-        _paper_data(params)
+        return _paper_data(params, log)
     fashion, manifest = fashion_mnist.load()
     rng = streams.rng(params.seed, "moil_image/split")
     (gx, gy), (tx, ty) = fashion["train"], fashion["test"]
@@ -246,20 +323,32 @@ def load_data(params: Params, log=print) -> Data:
 
 # ----------------------------------------------------------------------------------- models
 
-def task(input_shape) -> ClassificationTask:
-    return ClassificationTask(tuple(input_shape), GLOBAL_CLASSES + LOCAL_CLASSES)
+def task(input_shape, classes: int) -> ClassificationTask:
+    return ClassificationTask(tuple(input_shape), classes)
 
 
 def build(params: Params, data: Data):
-    return mobilenet_v2.build(params.image_size, data.input_shape[-1], GLOBAL_CLASSES + LOCAL_CLASSES, params.width,
-                              params.bn_momentum)
+    return mobilenet_v2.build(params.image_size, data.input_shape[-1], data.classes, params.width, params.bn_momentum)
+
+
+def _chunks(x, batch: int):
+    """x in order, `batch` samples at a time (streamed image files: decoded ahead by tf.data)."""
+    if isinstance(x, image_folders.ImageFiles):
+        return x.stream(np.arange(len(x)), batch)
+    return (x[i: i + batch] for i in range(0, len(x), batch))
+
+
+def _concat(parts: list):
+    if isinstance(parts[0], image_folders.ImageFiles):
+        return image_folders.ImageFiles.concat(parts)
+    return np.concatenate(parts)
 
 
 def predictor(model, batch: int = 256):
     """Logits of `model` in inference mode, one compiled call per batch."""
     fn = tf.function(lambda x: model(x, training=False),
                      input_signature=[tf.TensorSpec([None, *model.input_shape[1:]], tf.float32)])
-    return lambda x: np.concatenate([fn(np.asarray(x[i: i + batch], np.float32)).numpy() for i in range(0, len(x), batch)])
+    return lambda x: np.concatenate([fn(np.asarray(chunk, np.float32)).numpy() for chunk in _chunks(x, batch)])
 
 
 def correct(predict, part: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -267,15 +356,29 @@ def correct(predict, part: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return predict(part[0]).argmax(axis=1) == part[1]
 
 
+def _epoch(trainer: Trainer, data, batch_size: int, rng) -> float:
+    """One epoch's mean loss. Arrays (and the cache's batch source, data None) go through
+    `Trainer.fit`; streamed image files are decoded batch by batch in the order the task would
+    draw (one permutation from the same rng), so they never sit in memory all at once."""
+    if data is None or not isinstance(data[0], image_folders.ImageFiles):
+        (h,) = trainer.fit(data, 1, batch_size, rng)
+        return h["loss"]
+    x, y = data
+    order = rng.permutation(len(x))
+    losses = [trainer.step(images, y[order[i * batch_size: (i + 1) * batch_size]])
+              for i, images in enumerate(x.stream(order, batch_size))]
+    return float(np.mean(losses)) if losses else float("nan")
+
+
 def _fit_tracked(trainer: Trainer, data, epochs: int, batch_size: int, rng, evaluate, log, label: str) -> list[dict]:
     """Epoch 0 (before training) and every epoch: loss and global/local accuracy."""
     scores = evaluate()
     rows = [{"epoch": 0, "loss": float("nan"), **{k: float(v.mean()) for k, v in scores.items()}}]
     for epoch in range(1, epochs + 1):
-        (h,) = trainer.fit(data, 1, batch_size, rng)
+        loss = _epoch(trainer, data, batch_size, rng)
         scores = evaluate()
-        rows.append({"epoch": epoch, "loss": h["loss"], **{k: float(v.mean()) for k, v in scores.items()}})
-        log(f"{label} epoch {epoch}/{epochs}: loss {h['loss']:.3f}, global accuracy {rows[-1]['global_accuracy']:.3f}, "
+        rows.append({"epoch": epoch, "loss": loss, **{k: float(v.mean()) for k, v in scores.items()}})
+        log(f"{label} epoch {epoch}/{epochs}: loss {loss:.3f}, global accuracy {rows[-1]['global_accuracy']:.3f}, "
             f"local accuracy {rows[-1]['local_accuracy']:.3f}")
     return rows
 
@@ -298,15 +401,19 @@ class Pretrained:
 TRAINING_CODE = ("ondevice.models.mobilenet_v2", "ondevice.training.trainer", "ondevice.tasks.classification")
 
 
-def _cached_model(name: str, params: Params, data: Data, parts: list, epochs: int, log) -> model_cache.Entry:
-    """A model trained from scratch on the concatenation of `parts` (cached by the model cache)."""
-    x = np.concatenate([p[0] for p in parts])
+def _cached_model(name: str, params: Params, data: Data, parts: list, epochs: int, log,
+                  init: str | None = None) -> model_cache.Entry:
+    """A model trained on the concatenation of `parts` (cached by the model cache), from scratch
+    or from Keras's ImageNet weights at `init` (new outputs freshly initialised)."""
+    x = _concat([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
 
     def train():
         seed_everything(streams.tf_seed(params.seed, f"moil_image/{name}"))
         model = build(params, data)
-        trainer = Trainer(model, task(data.input_shape), params.learning_rate)
+        if init:
+            mobilenet_v2.load_imagenet(model, init, data.global_classes)
+        trainer = Trainer(model, task(data.input_shape, data.classes), params.learning_rate)
         predict = predictor(model)
         evaluate = lambda: {"global_accuracy": correct(predict, data.global_test),
                             "local_accuracy": correct(predict, data.local_test)}
@@ -316,7 +423,8 @@ def _cached_model(name: str, params: Params, data: Data, parts: list, epochs: in
 
     fields = {k: getattr(params, k) for k in ("image_size", "width", "bn_momentum", "batch_size", "learning_rate", "seed")}
     fields["epochs"] = epochs
-    data_ids = [hashlib.sha256(x.tobytes()).hexdigest(), hashlib.sha256(y.tobytes()).hexdigest()]
+    data_ids = [x.fingerprint() if isinstance(x, image_folders.ImageFiles) else hashlib.sha256(x.tobytes()).hexdigest(),
+                hashlib.sha256(y.tobytes()).hexdigest()] + ([manifests.sha256_of(Path(init))] if init else [])
     code = model_cache.code_digest([f for m in TRAINING_CODE for f in provenance.module_files(m)],
                                    extra=inspect.getsource(_cached_model) + inspect.getsource(_fit_tracked))
     return model_cache.load_or_train(f"moil_image_{name}", fields, data_ids, code, train, log)
@@ -325,7 +433,8 @@ def _cached_model(name: str, params: Params, data: Data, parts: list, epochs: in
 def pretrain(params: Params, data: Data, log=print) -> Pretrained:
     """The global model (global data only: the cloud's pre-training) and the baseline (from
     scratch on global + local data), each trained once per machine through the model cache."""
-    entries = {"pre-trained": _cached_model("pretrained", params, data, [data.global_train], params.pretrain_epochs, log),
+    entries = {"pre-trained": _cached_model("pretrained", params, data, [data.global_train], params.pretrain_epochs, log,
+                                            init=data.init_weights),
                "baseline": _cached_model("baseline", params, data, [data.global_train, data.local_train],
                                          params.baseline_epochs, log)}
     model = build(params, data)
@@ -374,7 +483,7 @@ class Personalizer:
 
     def __init__(self, params: Params, data: Data, pre: Pretrained):
         self.params, self.data, self.pre = params, data, pre
-        self.task = task(data.input_shape)
+        self.task = task(data.input_shape, data.classes)
         self._trainers: dict = {}
 
     def _trainer(self, n):
@@ -386,8 +495,14 @@ class Personalizer:
         return self._trainers[n]
 
     def mixed(self, alpha: float, seed: int):
-        """D_M for this seed; the same for every run with this alpha (so LF, FMC share it)."""
-        return gdm.mix(self.data.local_train, self.data.global_train, alpha, streams.rng(seed, f"moil_image/gdm/{alpha}"))
+        """D_M for this seed; the same for every run with this alpha (so LF, FMC share it). Streamed
+        sets are mixed as file lists: the per-class sample picks file names, no image is read."""
+        rng = streams.rng(seed, f"moil_image/gdm/{alpha}")
+        (xl, yl), (xg, yg) = self.data.local_train, self.data.global_train
+        if isinstance(xg, image_folders.ImageFiles):
+            idx = gdm.sample_global(yg, alpha, rng)
+            return image_folders.ImageFiles.concat([xl, xg.take(idx)]), np.concatenate([yl, yg[idx]])
+        return gdm.mix(self.data.local_train, self.data.global_train, alpha, rng)
 
     def run(self, alpha: float, n: int | None, seed: int, log=print) -> Run:
         p = self.params
@@ -418,7 +533,7 @@ class Personalizer:
         cache_seconds = float(np.median(timer.durations[1:] or timer.durations)) * len(timer.durations)
         tests = {k: (feature_cache.build(frozen, part[0], folder / f"{k}-{seed}.npy", 256), part[1])
                  for k, part in (("global", self.data.global_test), ("local", self.data.local_test))}
-        trainer = Trainer(head, task(features.shape[1:]), p.learning_rate, hooks=[feature_cache.CachedFeatures(features, y)],
+        trainer = Trainer(head, task(features.shape[1:], self.data.classes), p.learning_rate, hooks=[feature_cache.CachedFeatures(features, y)],
                           warmup_steps=p.warmup_steps)
         predict = predictor(head)
         evaluate = lambda: {f"{k}_accuracy": correct(predict, part) for k, part in tests.items()}
@@ -471,7 +586,7 @@ def baseline_step_seconds(params: Params, data: Data, personal: Personalizer) ->
     trainer, _ = personal._trainer(None)
     trainer.reset(personal.pre.weights)
     trainer.timer = StepTimer(params.warmup_steps)
-    x = np.concatenate([data.global_train[0], data.local_train[0]])
+    x = _concat([data.global_train[0], data.local_train[0]])
     y = np.concatenate([data.global_train[1], data.local_train[1]])
     batches = personal.task.batches((x, y), params.batch_size, streams.rng(params.seed, "moil_image/timing"))
     for _, (bx, by) in zip(range(params.warmup_steps + params.timing_steps), batches):
@@ -567,10 +682,10 @@ def cache_size(params: Params, data: Data, pre: Pretrained, log=print) -> pd.Dat
     rows = []
     with tempfile.TemporaryDirectory(prefix="moil-image-m6-") as folder:
         configs = [(params.image_size, params.width, data.input_shape[-1])]
-        if params.thesis_size_check:
+        if params.thesis_size_check and configs[0] != (224, 1.0, 3):
             configs.append((224, 1.0, 3))
         for size, width, channels in configs:
-            model = mobilenet_v2.build(size, channels, GLOBAL_CLASSES + LOCAL_CLASSES, width)
+            model = mobilenet_v2.build(size, channels, data.classes, width)
             if size == params.image_size and width == params.width:
                 model.set_weights(pre.weights)
             frozen, _ = layer_freezing.split(model, params.n, mobilenet_v2.units)
@@ -600,10 +715,10 @@ def on_device(params: Params, personal: Personalizer, log=print):
     model = build(params, personal.data)
     model.set_weights(personal.pre.weights)
     x, y = personal.mixed(params.alpha, params.seed)
-    batches = list(personal.task.batches((x, y), params.batch_size, streams.rng(params.seed, "diagnostics/tflite")))
+    batches = list(itertools.islice(personal.task.batches((x, y), params.batch_size, streams.rng(params.seed, "diagnostics/tflite")),
+                                    params.tflite_check_steps))
     hooks = [layer_freezing.LayerFreezing(params.n, mobilenet_v2.units)]
-    check = tflite.compare_training(model, personal.task, params.learning_rate, batches[: params.tflite_check_steps],
-                                    hooks=hooks)
+    check = tflite.compare_training(model, personal.task, params.learning_rate, batches, hooks=hooks)
     table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1),
                           "loss_tensorflow": check["tensorflow"], "loss_tflite": check["tflite"]})
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
@@ -668,7 +783,7 @@ def effects(params: Params, pre: Pretrained, runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def verdict_text(effects_table: pd.DataFrame) -> str:
+def verdict_text(effects_table: pd.DataFrame, stand_in: str | None = STAND_IN) -> str:
     """A Markdown bullet per effect; changes are differences of accuracy in percentage points."""
     lines = []
     for _, r in effects_table.iterrows():
@@ -678,8 +793,9 @@ def verdict_text(effects_table: pd.DataFrame) -> str:
                      f"{100 * r['ci low']:+.1f} to {100 * r['ci high']:+.1f}, {r['test samples']} {r['test set']} test "
                      f"samples x {r['seeds']} seed(s); {paper}).")
     lines.append("- For the two FMC rows, *within noise* is what the thesis claims (no change).")
-    lines.append(f"- Our data is **stand-in data** for {STAND_IN}. Absolute accuracies are not the thesis's; "
-                 "the direction and size of each effect are what we compare.")
+    if stand_in:
+        lines.append(f"- Our data is **stand-in data** for {stand_in}. Absolute accuracies are not the thesis's; "
+                     "the direction and size of each effect are what we compare.")
     return "\n".join(lines)
 
 
@@ -720,7 +836,7 @@ def conclude(params: Params, data: Data, pre: Pretrained, runs: list[Run], time_
     return record.Result(
         experiment=NAME, params=params.to_dict(), tables=tables, headline=headline,
         models={f"moil_mobilenet_v2_lf{params.n}_trainable.tflite": flatbuffer} if flatbuffer else {},
-        data=data.sources, stand_in_data=STAND_IN, wall_time_s=wall_time_s,
+        data=data.sources, stand_in_data=data.stand_in, wall_time_s=wall_time_s,
         notes={"seeds": params.seed_list, "pretrained_global_accuracy": pre_global, "baseline_global_accuracy": base_global,
                "baseline_local_accuracy": float(pre.correct["baseline"]["local"].mean()),
                "models_from_cache": {k: e.hit for k, e in pre.entries.items()},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import tf_keras as keras
 
 
@@ -70,3 +71,47 @@ def units(model: keras.Model) -> list[list]:
     if len(grouped) != 20:
         raise ValueError(f"{model.name} is not a Keras MobileNetV2: found units {list(grouped)}")
     return list(grouped.values())
+
+
+def load_imagenet(model: keras.Model, path, classes: int) -> keras.Model:
+    """Keras's ImageNet weights of MobileNetV2 (`mobilenet_v2_weights_tf_dim_ordering_tf_kernels_
+    <width>_<size>.h5`, data_manifests/mobilenet_v2_imagenet.yaml) into `model`, layer by layer in
+    the order Keras itself loads them (the weighted layers in graph order). The file's classifier
+    (1,280 x `classes`, ImageNet's 1,000 in Keras's order: sorted WordNet ids) fills the model's
+    first `classes` outputs; the outputs after them (the local classes) keep their fresh
+    initialisation."""
+    import h5py
+
+    expected = ("the Keras MobileNetV2 weights file as keras.applications writes it (HDF5, attribute layer_names, "
+                "one group per layer with weight_names: Conv1, bn_Conv1, expanded_conv_depthwise, ..., Conv_1, "
+                "Conv_1_bn, then the classifier)")
+    ours = [layer for layer in model.layers if layer.weights]
+    try:
+        with h5py.File(path, "r") as f:
+            group = f["model_weights"] if "model_weights" in f else f
+            names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs["layer_names"]]
+            saved = []
+            for name in names:
+                weight_names = [w.decode() if isinstance(w, bytes) else w for w in group[name].attrs["weight_names"]]
+                if weight_names:
+                    saved.append((name, [np.asarray(group[name][w]) for w in weight_names]))
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{path}: not readable as {expected} ({exc})") from exc
+    if len(saved) != len(ours):
+        raise ValueError(f"{path}: {len(saved)} weighted layers, {model.name} has {len(ours)}; expected {expected} "
+                         f"of the same width")
+    for (name, values), layer in zip(saved, ours):
+        shapes = [tuple(w.shape) for w in layer.weights]
+        if layer is ours[-1]:  # the classifier: ImageNet's classes first
+            (kernel, bias), k_shape = values, shapes[0]
+            if kernel.shape[0] != k_shape[0] or kernel.shape[1] != classes or classes > k_shape[1]:
+                raise ValueError(f"{path}: classifier {name!r} is {kernel.shape}; expected {k_shape[0]} x {classes} "
+                                 f"(the global classes, e.g. all 1,000 ImageNet wnid folders) of {model.name}'s {k_shape}")
+            k, b = (w.numpy() for w in layer.weights)
+            k[:, : kernel.shape[1]], b[: bias.shape[0]] = kernel, bias
+            values = [k, b]
+        elif [tuple(v.shape) for v in values] != shapes:
+            raise ValueError(f"{path}: layer {name!r} holds {[v.shape for v in values]}, {model.name}'s layer "
+                             f"{layer.name!r} needs {shapes}; expected {expected} of the same width")
+        layer.set_weights(values)
+    return model

@@ -15,7 +15,8 @@ output of YAMNet's layer 12. So LF(3) trains layers 13 and 14 and the classifier
 one of YAMNet's 14 named conv layers (a separable one counts once) or the classifier, 15 in all.
 
 `import_tflite` reads the weights of the published `yamnet.tflite` (batch norm folded into the
-convolutions, most kernels stored as int8 with one scale per tensor) into this model.
+convolutions, most kernels stored as int8 with one scale per tensor) into this model; `load_h5`
+reads the published float32 `yamnet.h5` by the official code's layer names.
 """
 from __future__ import annotations
 
@@ -150,8 +151,61 @@ def class_names(class_map: str | Path) -> list[str]:
     return [r["display_name"] for r in rows]
 
 
+H5_LAYOUT = ("the published yamnet.h5 (Keras HDF5 weights, attribute layer_names, one group per layer with "
+             "weight_names) of the tensorflow/models YAMNet code: layers layer1/conv, layer1/conv/bn, then per "
+             "layer i = 2..14 layer<i>/depthwise_conv, layer<i>/depthwise_conv/bn, layer<i>/pointwise_conv, "
+             "layer<i>/pointwise_conv/bn, and one unnamed logits Dense layer (1024 x 521 kernel, bias)")
+
+
+def official_name(name: str) -> str:
+    """Our layer name -> the tensorflow/models YAMNet code's (layer3_depthwise_bn ->
+    layer3/depthwise_conv/bn)."""
+    import re
+
+    match = re.fullmatch(r"(layer\d+)_(conv|depthwise|pointwise)(_bn)?", name)
+    if not match:
+        raise ValueError(f"{name!r} is not a conv or batch norm layer of this YAMNet")
+    kind = {"conv": "conv", "depthwise": "depthwise_conv", "pointwise": "pointwise_conv"}[match[2]]
+    return f"{match[1]}/{kind}" + ("/bn" if match[3] else "")
+
+
 def load_h5(model: keras.Model, path: str | Path) -> keras.Model:
-    """The published `yamnet.h5` (float32 Keras weights): its weighted layers come in the same
-    order as ours (conv, batch norm, ..., logits), so they load by position."""
-    model.load_weights(str(path))
+    """The published `yamnet.h5` (float32 Keras weights, `H5_LAYOUT`) into `model`: each conv and
+    batch norm layer from the file's layer of the official name, the classifier from the one
+    weighted layer left (the official code does not name it). Any other layout is an error that
+    names the file and what it lacks. Returns the model."""
+    import h5py
+
+    saved = {}
+    try:
+        with h5py.File(path, "r") as f:
+            group = f["model_weights"] if "model_weights" in f else f
+            for name in group.attrs["layer_names"]:
+                name = name.decode() if isinstance(name, bytes) else name
+                weights = [w.decode() if isinstance(w, bytes) else w for w in group[name].attrs["weight_names"]]
+                if weights:
+                    saved[name] = [np.asarray(group[name][w]) for w in weights]
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{path}: not readable as {H5_LAYOUT} ({exc})") from exc
+
+    def put(layer, name, values):
+        shapes = [tuple(w.shape) for w in layer.weights]
+        if [v.shape for v in values] != shapes:
+            raise ValueError(f"{path}: layer {name!r} holds {[v.shape for v in values]}, {layer.name} needs {shapes}; "
+                             f"expected {H5_LAYOUT}")
+        layer.set_weights(values)
+
+    dense = model.get_layer("classifier_logits")
+    for layer in model.layers:
+        if layer.weights and layer is not dense:
+            name = official_name(layer.name)
+            if name not in saved:
+                raise ValueError(f"{path}: no weighted layer {name!r} (found {len(saved)}: {sorted(saved)[:4]} ...); "
+                                 f"expected {H5_LAYOUT}")
+            put(layer, name, saved.pop(name))
+    if len(saved) != 1:
+        raise ValueError(f"{path}: after the conv layers, {len(saved)} weighted layers are left ({sorted(saved)}), "
+                         f"expected only the logits layer; expected {H5_LAYOUT}")
+    ((name, values),) = saved.items()
+    put(dense, name, values)
     return model
