@@ -171,6 +171,72 @@ def moil_audio_sanity(out: Path) -> None:
         assert pd.read_csv(out / "tables" / "tflite_agreement.csv")["network: same top class"].mean() >= 0.75
 
 
+def autlearn_accuracy_sanity(out: Path) -> None:
+    users = pd.read_csv(out / "tables" / "users.csv")
+    assert users.top1.between(0, 1).all()
+    assert users.groupby(["kind", "seed", "user", "method"]).size().eq(1).all()
+    methods = {"pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"}
+    for kind, rows in users.groupby("kind"):
+        assert set(rows.method) == methods
+        assert rows.groupby("method").user.nunique().nunique() == 1  # every method on the same users
+        assert rows.groupby(["seed", "user"]).test_examples.nunique().eq(1).all()  # and the same test split
+    text = users[users.kind == "text"]
+    assert text.top_k_eff.between(0, 1).all() and (text.perplexity > 1).all()
+    summary = pd.read_csv(out / "tables" / "summary.csv")
+    assert (summary.top1_ci_low <= summary.top1_mean).all() and (summary.top1_mean <= summary.top1_ci_high).all()
+    numbers = pd.read_csv(out / "tables" / "paper_vs_ours.csv")
+    reference = numbers.quantity.str.contains("CloudTrain top-1 / CloudTrain")
+    assert np.allclose(numbers[reference].ours, 1.0) and (numbers.ours >= 0).all()
+    assert len(pd.read_csv(out / "tables" / "effects.csv")) == 10
+
+
+def autlearn_augment_online_sanity(out: Path) -> None:
+    t = out / "tables"
+    aug = pd.read_csv(t / "augmentation.csv")
+    assert aug.top1.between(0, 1).all() and aug.groupby(["model", "user"]).augmentation.nunique().eq(2).all()
+    text, image = aug[aug.model == "LSTM"], aug[aug.model == "MobileNet"]
+    assert (text.generated_sentences <= text.original_sentences).all()  # the 1x cap (augment_cap = 1)
+    assert (image.generated_images <= image.original_images).all()
+    with_, without = (image[image.augmentation == c].set_index("user") for c in ("with", "without"))
+    assert (with_.train_samples == without.train_samples + with_.generated_images).all()
+    online = pd.read_csv(t / "online.csv")
+    assert online[["top1_stream", "top1_last"]].stack().between(0, 1).all()
+    assert (online.updates[online.condition == "pre-trained"] == 0).all()
+    trained = online[online.condition == "online"]
+    assert (trained.updates == trained.stream_samples // 16).all()
+    assert (online.scored_samples <= online.stream_samples).all()
+    curve = pd.read_csv(t / "curve.csv")
+    assert curve.cumulative_top1.between(0, 1).all()
+    assert np.allclose(curve.groupby(["model", "user", "condition"]).fraction.max(), 1)
+    assert pd.read_csv(t / "online_image_selection.csv").chosen.sum() == 1
+
+
+def autlearn_cost_sanity(out: Path) -> None:
+    t = out / "tables"
+    comp = pd.read_csv(t / "compression.csv")
+    assert (comp.groupby("model", sort=False).method.first() == "uncompressed").all()
+    assert {"structured pruning"} <= set(comp.method) and comp.val_top1.between(0, 1).all()
+    assert (comp.parameters > 0).all() and (comp.nonzero_parameters <= comp.parameters).all()
+    assert (comp[comp.method.isin(["structured pruning", "SVD"])].forward_mflops_ratio <= 1 + 1e-9).all()
+    sparse = comp[comp.method == "magnitude pruning"]
+    assert (sparse.parameters_ratio == 1).all() and (sparse.nonzero_parameters < sparse.parameters).all()
+    rounds = pd.read_csv(t / "pruning_rounds.csv")
+    assert rounds.groupby("model").within_budget.apply(lambda s: s.iloc[:-1].all()).all()  # only the last may break it
+    epochs = pd.read_csv(t / "epochs.csv")
+    assert (epochs[["steps", "gflops", "epoch_seconds"]] > 0).all().all()
+    assert set(epochs[epochs.model == "MobileNet"].batch) == {1, 16} and set(epochs[epochs.model == "LSTM"].batch) == {16}
+    assert (pd.read_csv(t / "compiler_parity.csv").abs_difference < 1e-4).all()
+    assert (pd.read_csv(t / "compiler_time.csv").epoch_time_seconds > 0).all()
+    online = pd.read_csv(t / "online.csv").pivot_table(index=["model", "user"], columns="condition", values="gflops")
+    assert (online["with cache"] < online["without cache"]).all()
+    phones = pd.read_csv(t / "phone_times.csv")
+    assert (phones.label == "extrapolated").all() and (phones.epoch_seconds_extrapolated > 0).all()
+    energy = pd.read_csv(t / "energy.csv")
+    assert (energy.label == "modelled").all() and (energy.energy_j > 0).all()
+    assert np.allclose(energy[(energy.variant == "un-optimised") & (energy.governor == "performance")].energy_norm, 1.0)
+    assert set(pd.read_csv(t / "governor_claims.csv").verdict) <= {"holds", "does not hold", "within noise"}
+
+
 # Checks that only make sense for one experiment; every notebook also gets the generic ones.
 SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity,
           "autlearn_availability": autlearn_availability_sanity,
@@ -178,7 +244,9 @@ SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity
           "colla": colla_sanity, "colla_cost": colla_cost_sanity,
           "deeptype_ngram": deeptype_ngram_sanity, "deeptype_data_size": deeptype_data_size_sanity,
           "deeptype_online": deeptype_online_sanity,
-          "moil_image": moil_image_sanity, "moil_audio": moil_audio_sanity}
+          "moil_image": moil_image_sanity, "moil_audio": moil_audio_sanity,
+          "autlearn_accuracy": autlearn_accuracy_sanity, "autlearn_augment_online": autlearn_augment_online_sanity,
+          "autlearn_cost": autlearn_cost_sanity}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])

@@ -59,9 +59,14 @@ def _per_seed_users(name: str, values) -> np.ndarray:
     return array
 
 
-def _median_change(better: np.ndarray, worse: np.ndarray) -> np.ndarray:
-    """mean over seeds of median_u(better) / median_u(worse) - 1; users on the last axis, seeds on the first."""
-    return (np.median(better, axis=-1) / np.median(worse, axis=-1) - 1).mean(axis=0)
+STATISTICS = {"median": np.median, "mean": np.mean}
+
+
+def _relative_change(better: np.ndarray, worse: np.ndarray, statistic: str = "median") -> np.ndarray:
+    """mean over seeds of median_u(better) / median_u(worse) - 1 (or of the means over users, with
+    statistic="mean"); users on the last axis, seeds on the first."""
+    stat = STATISTICS[statistic]
+    return (stat(better, axis=-1) / stat(worse, axis=-1) - 1).mean(axis=0)
 
 
 def sign_test(improved: int, worse: int) -> float:
@@ -74,8 +79,9 @@ def sign_test(improved: int, worse: int) -> float:
 
 
 def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generator,
-                  n_boot: int = 2000, level: float = 0.95) -> dict:
-    """Relative change of medians over users (averaged over seeds) with a paired bootstrap interval.
+                  n_boot: int = 2000, level: float = 0.95, statistic: str = "median") -> dict:
+    """Relative change of medians over users (averaged over seeds) with a paired bootstrap interval;
+    `statistic="mean"` compares means over users instead (e.g. accuracies on few test items each).
 
     Users are resampled with the same indices in every seed, because a user's values under both
     conditions and across seeds are not independent; the interval is the bootstrap percentile
@@ -87,14 +93,16 @@ def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generato
     seeds, users = b.shape
     if users < 2:
         raise ValueError(f"need at least 2 users to judge an effect, got {users}")
-    if np.any(np.median(w, axis=1) == 0):
-        raise ValueError("the median of `worse` is 0 in some seed, so a relative change is undefined")
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {sorted(STATISTICS)}, got {statistic!r}")
+    if np.any(STATISTICS[statistic](w, axis=1) == 0):
+        raise ValueError(f"the {statistic} of `worse` is 0 in some seed, so a relative change is undefined")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    change = float(_median_change(b, w))
+    change = float(_relative_change(b, w, statistic))
     idx = rng.integers(0, users, size=(n_boot, users))
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample whose median is 0 yields inf, kept as extreme
-        boot = _median_change(b[:, idx], w[:, idx])  # (seeds, n_boot, users) -> (n_boot,)
+        boot = _relative_change(b[:, idx], w[:, idx], statistic)  # (seeds, n_boot, users) -> (n_boot,)
     alpha = (1 - level) / 2
     ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha, 1 - alpha]))
     diff = (b - w).mean(axis=0)
@@ -106,7 +114,7 @@ def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generato
 
 
 def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray]], rng: np.random.Generator,
-                  n_boot: int = 2000, level: float = 0.95) -> pd.DataFrame:
+                  n_boot: int = 2000, level: float = 0.95, statistic: str = "median") -> pd.DataFrame:
     """One row per claimed effect: the paper's change beside ours, with our interval and verdict.
 
     `measured` maps each effect's claim to per-user (better, worse) arrays, shape (seeds, users).
@@ -123,7 +131,7 @@ def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray
     for e in paper.effects:
         if e.better not in paper_values or e.worse not in paper_values:
             raise KeyError(f"effect {e.claim!r} refers to {e.better!r} / {e.worse!r}, not both among the paper's numbers")
-        r = paired_effect(*measured[e.claim], rng=rng, n_boot=n_boot, level=level)
+        r = paired_effect(*measured[e.claim], rng=rng, n_boot=n_boot, level=level, statistic=statistic)
         rows.append({"effect": e.claim, "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
                      "our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"],
                      "users": r["users"], "seeds": r["seeds"], "users improved": r["users_improved"],

@@ -34,8 +34,10 @@ def split(model: keras.Model, head: str = HEAD) -> tuple[keras.Model, keras.laye
 
 
 def features_spec(model: keras.Model, head: str = HEAD) -> tf.TensorSpec:
-    """The cached features' signature: [batch, positions, head input width], float32."""
-    return tf.TensorSpec([None, None, int(model.get_layer(head).input.shape[-1])], tf.float32, name="features")
+    """The cached features' signature, float32: [batch, positions, head input width] for a
+    sequence model, [batch, head input width] for a classifier (e.g. AutLearn's MobileNet head)."""
+    shape = model.get_layer(head).input.shape
+    return tf.TensorSpec([None] * (len(shape) - 1) + [int(shape[-1])], tf.float32, name="features")
 
 
 def infer_and_cache(features_model, head, inputs) -> dict:

@@ -1,0 +1,326 @@
+"""AutLearn's cloud-side model compression (Sec. 3.5): structured magnitude pruning, searched.
+
+Each round picks one layer (a convolution, a fully connected or an LSTM layer; the paper treats
+an FC unit as a 1x1 filter) and removes its K filters or units of smallest L2 norm; the layer is
+the one whose pruned model keeps the highest validation accuracy, which is the paper's
+argmax Accuracy(Model) s.t. Resource(Model) < Budget with the budget lowered a step each round.
+The chosen model is then re-trained (in the cloud, on public data) and the rounds go on until
+validation accuracy falls more than `max_drop` below the uncompressed model's, or the resource
+budget is met; the last model within the accuracy budget is the result. Resource is counted
+FLOPs (`forward_flops`); the paper measured phones, which we do not have.
+
+Removing a unit really shrinks the model (`prune`): the layer loses the unit's kernel columns
+(an LSTM loses the unit's column in each of its four gates and its recurrent row), per-channel
+layers behind it (batch normalisation, depthwise convolution) lose the channel, and the next
+weighted layer loses the matching input rows. A pruned model computes what the original does
+with those units' incoming weights zeroed (exactly for Dense, LSTM and Embedding chains; behind
+a convolution, a per-channel offset on the removed channel, a BN shift or a depthwise bias, is a
+constant that goes too: the re-training absorbs it).
+
+`magnitude_prune` is the unstructured alternative (tensorflow-model-optimization's weight
+magnitude pruning): it zeroes weights but keeps every shape, so dense kernels on a CPU do not get
+faster; it is here to show exactly that beside the structured kind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+PRUNABLE = (keras.layers.Dense, keras.layers.Conv2D, keras.layers.LSTM, keras.layers.Embedding)
+PER_CHANNEL = (keras.layers.BatchNormalization, keras.layers.DepthwiseConv2D)
+WEIGHTLESS_OK = (keras.layers.ReLU, keras.layers.Activation, keras.layers.Dropout, keras.layers.ZeroPadding2D,
+                 keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D, keras.layers.AveragePooling2D,
+                 keras.layers.MaxPooling2D, keras.layers.Reshape, keras.layers.Rescaling)
+
+
+def flatten(model: keras.Model) -> keras.Model:
+    """A copy of `model` with every nested sub-model that is a chain of layers (a Keras
+    application used as one layer, like MobileNet's backbone) inlined, so its layers can be
+    pruned; BatchNormalization layers of an inlined sub-model become non-trainable, which keeps
+    them in inference mode as a sub-model called with training=False was."""
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    tensors = {id(t): t for t in copy.inputs}
+    for layer in copy.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        node = layer._inbound_nodes[0]
+        args, kwargs = [tf.nest.map_structure(lambda t: tensors[id(t)] if id(t) in tensors else t, a)
+                        for a in (node.call_args, node.call_kwargs)]
+        if isinstance(layer, keras.Model):
+            x = args[0]
+            previous = layer.layers[0]
+            for sub in layer.layers[1:]:
+                inbound = [n.inbound_layers for n in sub._inbound_nodes]
+                if len(inbound) != 1 or inbound[0] is not previous:
+                    raise ValueError(f"cannot inline {layer.name}: {sub.name} does not follow {previous.name}")
+                if isinstance(sub, keras.layers.BatchNormalization):
+                    sub.trainable = False
+                x, previous = sub(x), sub
+            out = x
+        else:
+            out = layer(*args, **kwargs)
+        for before, after in zip(tf.nest.flatten(node.outputs), tf.nest.flatten(out)):
+            tensors[id(before)] = after
+    return keras.Model(copy.inputs, [tensors[id(t)] for t in copy.outputs] if len(copy.outputs) > 1
+                       else tensors[id(copy.outputs[0])], name=model.name)
+
+
+def width(layer) -> int:
+    """The number of units (filters, LSTM units, embedding dimensions) a layer outputs."""
+    if isinstance(layer, keras.layers.Embedding):
+        return int(layer.output_dim)
+    return int(layer.filters if isinstance(layer, keras.layers.Conv2D) else layer.units)
+
+
+def _gate_columns(units: int, keep: np.ndarray) -> np.ndarray:
+    """Columns of an LSTM kernel that belong to the kept units, in Keras's gate order (i, f, c, o)."""
+    return np.concatenate([g * units + keep for g in range(4)])
+
+
+def unit_norms(layer) -> np.ndarray:
+    """L2 norm of each unit's incoming weights (its filter); biases are not part of a filter."""
+    if isinstance(layer, keras.layers.LSTM):
+        kernel, recurrent = layer.cell.kernel.numpy(), layer.cell.recurrent_kernel.numpy()
+        h = width(layer)
+        both = np.concatenate([kernel, recurrent], 0)
+        return np.sqrt(sum((both[:, g * h:(g + 1) * h] ** 2).sum(0) for g in range(4)))
+    if isinstance(layer, keras.layers.Embedding):
+        return np.linalg.norm(layer.embeddings.numpy(), axis=0)
+    kernel = layer.kernel.numpy()
+    return np.sqrt((kernel.reshape(-1, kernel.shape[-1]) ** 2).sum(0))
+
+
+def lowest_units(layer, k: int) -> np.ndarray:
+    """Indices of the k units of smallest norm (ties: the lower index first), sorted."""
+    if not 0 <= k < width(layer):
+        raise ValueError(f"can remove 0 to {width(layer) - 1} of {layer.name}'s {width(layer)} units, not {k}")
+    return np.sort(np.argsort(unit_norms(layer), kind="stable")[:k])
+
+
+def _downstream(model: keras.Model, layer) -> tuple[list, list]:
+    """(layers that carry the pruned channels unchanged or per channel, weighted layers that
+    consume them). Refuses merges (residuals, concatenation) and anything that mixes channels."""
+    carriers, consumers, todo = [], [], [layer]
+    members = {id(l) for l in model.layers}
+    while todo:
+        current = todo.pop()
+        for node in current._outbound_nodes:
+            nxt = node.outbound_layer
+            if id(nxt) not in members:
+                continue
+            if isinstance(nxt, PRUNABLE) and not isinstance(nxt, keras.layers.Embedding):
+                consumers.append(nxt)
+            elif isinstance(nxt, PER_CHANNEL + WEIGHTLESS_OK):
+                if isinstance(nxt, keras.layers.DepthwiseConv2D) and nxt.depth_multiplier != 1:
+                    raise ValueError(f"cannot prune through {nxt.name}: depth multiplier {nxt.depth_multiplier}")
+                carriers.append(nxt)
+                todo.append(nxt)
+            else:
+                raise ValueError(f"cannot prune {layer.name}: its output reaches {nxt.name} "
+                                 f"({type(nxt).__name__}), which is not per channel")
+    if not consumers:
+        raise ValueError(f"{layer.name} feeds no weighted layer: it is an output and cannot lose units")
+    return carriers, consumers
+
+
+def candidates(model: keras.Model) -> list[str]:
+    """Layers that can lose units: prunable kinds whose output feeds another weighted layer."""
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, PRUNABLE) and width(layer) > 1:
+            try:
+                _downstream(model, layer)
+            except ValueError:
+                continue
+            out.append(layer.name)
+    return out
+
+
+def prune(model: keras.Model, layer_name: str, remove) -> keras.Model:
+    """A new, smaller model without the given units (indices) of `layer_name`; `model` is unchanged."""
+    layer = model.get_layer(layer_name)
+    if not isinstance(layer, PRUNABLE):
+        raise ValueError(f"{layer_name} is a {type(layer).__name__}; prunable: Dense, Conv2D, LSTM, Embedding")
+    old = width(layer)
+    remove = np.unique(np.asarray(remove, int))
+    if len(remove) and (remove.min() < 0 or remove.max() >= old) or len(remove) >= old:
+        raise ValueError(f"cannot remove units {remove.tolist()} of {layer_name}'s {old}")
+    keep = np.setdiff1d(np.arange(old), remove)
+    carriers, consumers = _downstream(model, layer)
+    carrier_names = {c.name for c in carriers}
+
+    def clone(l):
+        config = l.get_config()
+        if l.name == layer_name:
+            key = {keras.layers.Embedding: "output_dim", keras.layers.Conv2D: "filters"}.get(type(l), "units")
+            config[key] = len(keep)
+        elif l.name in carrier_names and isinstance(l, keras.layers.Reshape) and config["target_shape"][-1] == old:
+            config["target_shape"] = (*config["target_shape"][:-1], len(keep))
+        return type(l).from_config(config)
+
+    pruned = keras.models.clone_model(model, clone_function=clone)
+    consumer_names = {c.name for c in consumers}
+    for new in pruned.layers:
+        weights = model.get_layer(new.name).get_weights()
+        if new.name == layer_name:
+            weights = _slice_outputs(new, weights, keep, old)
+        elif new.name in carrier_names and weights:
+            weights = [w[..., keep, :] if isinstance(new, keras.layers.DepthwiseConv2D) and w.ndim == 4 else w[keep]
+                       for w in weights]
+        elif new.name in consumer_names:
+            kernel = weights[0]
+            weights[0] = kernel[:, :, keep, :] if kernel.ndim == 4 else kernel[keep]
+        new.set_weights(weights)
+    return pruned
+
+
+def _slice_outputs(layer, weights: list, keep: np.ndarray, old: int) -> list:
+    if isinstance(layer, keras.layers.LSTM):
+        cols = _gate_columns(old, keep)
+        kernel, recurrent, *bias = weights
+        return [kernel[:, cols], recurrent[keep][:, cols], *[b[cols] for b in bias]]
+    if isinstance(layer, keras.layers.Embedding):
+        return [weights[0][:, keep]]
+    return [weights[0][..., keep], *[b[keep] for b in weights[1:]]]
+
+
+def zero_units(model: keras.Model, layer_name: str, units) -> None:
+    """Zero the incoming weights and biases of `units` in place (what `prune` removes)."""
+    layer = model.get_layer(layer_name)
+    weights = layer.get_weights()
+    units = np.asarray(units, int)
+    if isinstance(layer, keras.layers.LSTM):
+        cols = _gate_columns(width(layer), units)
+        weights = [np.where(np.isin(np.arange(w.shape[-1]), cols), 0, w) for w in weights]
+    else:
+        for w in weights:
+            w[..., units] = 0
+    layer.set_weights(weights)
+
+
+# ---- resources ------------------------------------------------------------------------------
+
+def parameters(model: keras.Model) -> int:
+    return int(sum(int(np.prod(w.shape)) for w in model.weights))
+
+
+def layer_flops(layer) -> float:
+    """Forward multiply-add FLOPs (2 per MAC) of one sample (one position for sequence layers,
+    whose time axis is unknown); layers without matrix products count 0."""
+    if isinstance(layer, keras.layers.LSTM):
+        d, h = int(layer.input_shape[-1]), width(layer)
+        return 2.0 * 4 * h * (d + h)
+    if isinstance(layer, keras.layers.Dense):
+        return 2.0 * int(layer.input_shape[-1]) * layer.units
+    if isinstance(layer, keras.layers.DepthwiseConv2D):
+        _, h, w, c = layer.output_shape
+        kh, kw = layer.kernel_size
+        return 2.0 * h * w * kh * kw * c
+    if isinstance(layer, keras.layers.Conv2D):
+        _, h, w, c = layer.output_shape
+        kh, kw = layer.kernel_size
+        return 2.0 * h * w * kh * kw * int(layer.input_shape[-1]) * c / layer.groups
+    return 0.0
+
+
+def forward_flops(model: keras.Model) -> float:
+    """Forward FLOPs of one sample (per position for a sequence model): the pruning's Resource."""
+    return float(sum(layer_flops(layer) for layer in model.layers))
+
+
+def last_layer_train_flops(model: keras.Model, head: str, samples: int) -> float:
+    """FLOPs of one training step of the last layer alone over `samples` samples (positions for a
+    sequence model): the whole forward pass, the head's weight gradient (as much as its forward;
+    no gradient flows below it) and Adam's ~12 operations per trained parameter."""
+    layer = model.get_layer(head)
+    trained = sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+    return samples * (forward_flops(model) + layer_flops(layer)) + 12.0 * trained
+
+
+# ---- the search ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Round:
+    round: int
+    layer: str
+    removed: int
+    width_after: int
+    parameters: int
+    forward_flops: float
+    val_accuracy: float
+    within_budget: bool
+
+
+def search(model: keras.Model, evaluate: Callable[[keras.Model], float], retrain: Callable[[keras.Model], None], *,
+           step: float = 0.25, max_drop: float = 0.01, flops_budget: float = 0.0, max_rounds: int = 20,
+           layers: list[str] | None = None, log=print) -> tuple[keras.Model, list[Round], float]:
+    """Prune round by round until validation accuracy drops more than `max_drop` (absolute) below
+    the uncompressed model's, FLOPs reach `flops_budget` x the original's, or `max_rounds`.
+
+    Each round every candidate layer (`layers`, default all `candidates`) removes its
+    K = ceil(step x width) lowest-norm units; the pruned model with the best accuracy before
+    re-training is kept, then `retrain` (in place) and `evaluate` again. Returns the last model
+    within the accuracy budget (the original when even the first round exceeds it), every round
+    (the last one possibly outside the budget) and the uncompressed model's accuracy.
+    """
+    if not 0 < step < 1 or max_drop < 0 or not 0 <= flops_budget < 1 or max_rounds < 0:
+        raise ValueError(f"need 0 < step < 1, max_drop >= 0, 0 <= flops_budget < 1, max_rounds >= 0; "
+                         f"got {step}, {max_drop}, {flops_budget}, {max_rounds}")
+    base, original_flops = evaluate(model), forward_flops(model)
+    best, rounds = model, []
+    names = layers if layers is not None else candidates(model)
+    for r in range(1, max_rounds + 1):
+        if forward_flops(best) <= flops_budget * original_flops:
+            break
+        tried = []
+        for name in names:
+            n = width(best.get_layer(name))
+            k = min(n - 1, int(np.ceil(step * n)))
+            if k >= 1:
+                trial = prune(best, name, lowest_units(best.get_layer(name), k))
+                tried.append((evaluate(trial), name, k, trial))
+        if not tried:
+            break
+        _, name, k, chosen = max(tried, key=lambda t: t[0])  # first of equals: `names` order
+        retrain(chosen)
+        acc = evaluate(chosen)
+        ok = acc >= base - max_drop
+        rounds.append(Round(r, name, k, width(chosen.get_layer(name)), parameters(chosen), forward_flops(chosen), acc, ok))
+        log(f"pruning round {r}: {name} -{k} -> {width(chosen.get_layer(name))} units, "
+            f"accuracy {acc:.4f} (uncompressed {base:.4f}){'' if ok else ', over the budget: stop'}")
+        if not ok:
+            break
+        best = chosen
+    return best, rounds, base
+
+
+def magnitude_prune(model: keras.Model, sparsity: float) -> keras.Model:
+    """tensorflow-model-optimization's weight magnitude pruning at a constant `sparsity` of every
+    kernel it supports, applied at once and stripped: same shapes, zeros in place of the smallest
+    weights. (Importing tfmot needs tf_keras as the process's Keras, which `ondevice` selects.)"""
+    import tensorflow_model_optimization as tfmot
+    from tensorflow_model_optimization.python.core.sparsity.keras.pruning_wrapper import PruneLowMagnitude
+
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    schedule = tfmot.sparsity.keras.ConstantSparsity(sparsity, begin_step=0, frequency=1)
+    wrapped = tfmot.sparsity.keras.prune_low_magnitude(keras.models.clone_model(model), pruning_schedule=schedule)
+    for layer in wrapped.layers:  # copy the weights into the wrapped layers, then apply the masks once
+        inner = getattr(layer, "layer", layer)
+        if inner.weights:
+            inner.set_weights(model.get_layer(inner.name).get_weights())
+    for layer in wrapped.layers:
+        if isinstance(layer, PruneLowMagnitude):
+            layer.pruning_step.assign(0)  # the schedule's first pruning step
+            layer.pruning_obj.conditional_mask_update()
+            layer.pruning_obj.weight_mask_op()
+    return tfmot.sparsity.keras.strip_pruning(wrapped)
+
+
+def nonzero_parameters(model: keras.Model) -> int:
+    return int(sum(int(np.count_nonzero(w.numpy())) for w in model.weights))

@@ -1,0 +1,277 @@
+"""AutLearn A3/A4 techniques: EDA over WordNet, image augmentation, and the online update from
+the inference cache (the same update as the plain last-layer step)."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ondevice.data.wordnet import WordNet
+from ondevice.techniques.autlearn import eda as eda_mod
+from ondevice.techniques.autlearn.eda import EDA, augment_corpus
+from ondevice.techniques.autlearn.image_augment import ImageAugmenter, augment_images
+
+HEADER = ["  1 This is a fixture in the format of WordNet 3.0's database files.  ",
+          "  2 WordNet 3.0 Copyright 2006 by Princeton University.  All rights reserved.  "]
+# Synsets per part of speech: (lex_filenum, ss_type, lemmas, gloss). Lemma lex ids are 0.
+SYNSETS = {
+    "noun": [("05", "n", ["dog", "domestic_dog", "Canis_familiaris"], "a member of the genus Canis"),
+             ("18", "n", ["cad", "bounder", "dog"], "someone who is morally reprehensible"),
+             ("18", "n", ["woman", "adult_female"], "an adult female person")],
+    "verb": [("38", "v", ["chase", "chase_after", "dog"], "go after with the intent to catch"),
+             ("38", "v", ["run"], "move fast by using one's feet")],
+    "adj": [("00", "a", ["happy(a)", "glad"], "enjoying or showing or marked by joy"),
+            ("00", "s", ["felicitous", "happy(p)", "well-chosen"], "exhibiting an agreeable appropriateness")],
+    "adv": [("02", "r", ["quickly", "speedily", "apace"], "with rapid movements")],
+}
+EXCEPTIONS = {"noun": ["women woman"], "verb": ["ran run"], "adj": [], "adv": []}
+
+
+@pytest.fixture(scope="module")
+def wordnet(tmp_path_factory):
+    """A small database written in wndb(5WN) format: data lines at their byte offsets, index lines
+    pointing at them, exception lists."""
+    root = tmp_path_factory.mktemp("wordnet")
+    for pos, synsets in SYNSETS.items():
+        lines, offset, index = list(HEADER), sum(len(h) + 1 for h in HEADER), {}
+        for lex, ss_type, lemmas, gloss in synsets:
+            words = " ".join(f"{w} 0" for w in lemmas)
+            line = f"{offset:08d} {lex} {ss_type} {len(lemmas):02x} {words} 000 | {gloss}  "
+            for w in lemmas:
+                index.setdefault(w.split("(")[0].lower(), []).append(offset)
+            lines.append(line)
+            offset += len(line) + 1
+        (root / f"data.{pos}").write_text("\n".join(lines) + "\n", encoding="latin-1")
+        pos_letter = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}[pos]
+        rows = [f"{lemma} {pos_letter} {len(offs)} 0 {len(offs)} 0 " + " ".join(f"{o:08d}" for o in offs) + "  "
+                for lemma, offs in sorted(index.items())]
+        (root / f"index.{pos}").write_text("\n".join(HEADER + rows) + "\n", encoding="latin-1")
+        (root / f"{pos}.exc").write_text("".join(f"{e}\n" for e in EXCEPTIONS[pos]))
+    return WordNet(root)
+
+
+def test_wordnet_reader_finds_synsets_across_parts_of_speech(wordnet):
+    assert wordnet.synonyms("dog") == ("bounder", "cad", "canis familiaris", "chase", "chase after", "domestic dog")
+    assert wordnet.synset_lemmas("adj", wordnet.index["adj"]["felicitous"][0]) == ("felicitous", "happy", "well-chosen")
+    assert wordnet.synonyms("happy") == ("felicitous", "glad", "well chosen")  # markers stripped, '-' as space
+    assert wordnet.synonyms("Quickly") == ("apace", "speedily")
+    assert wordnet.synonyms("the") == ()
+
+
+def test_wordnet_reader_reduces_inflections_like_morphy(wordnet):
+    assert "domestic dog" in wordnet.synonyms("dogs") and "dog" in wordnet.synonyms("dogs")  # -s detached
+    assert wordnet.lemmas("chased", "verb") == ["chase"] and wordnet.lemmas("running", "verb") == []  # -ed detached; no rule gives run
+    assert wordnet.synonyms("women") == ("adult female", "woman")  # noun.exc
+    assert wordnet.lemmas("ran", "verb") == ["run"]  # verb.exc
+
+
+def test_wordnet_reader_errors_name_the_file(wordnet, tmp_path):
+    with pytest.raises(ValueError, match="no synset at byte offset 5"):
+        wordnet.synset_lemmas("noun", 5)
+    with pytest.raises(FileNotFoundError, match="index.noun"):
+        WordNet(tmp_path)
+    (tmp_path / "index.noun").write_text("dog n 3 0 3 0 00000001\n")
+    with pytest.raises(ValueError, match=r"index.noun:1: 3 synsets announced, 1 listed"):
+        WordNet._read_index(tmp_path / "index.noun")
+
+
+SENTENCE = "the dog ran after the happy woman and the dog ran quickly home".split()
+
+
+@pytest.fixture
+def eda(wordnet):
+    return EDA(wordnet.synonyms)
+
+
+def test_random_swap_keeps_the_multiset_of_words(eda):
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 10):
+        out = eda.random_swap(SENTENCE, n, rng)
+        assert Counter(out) == Counter(SENTENCE)
+    assert any(eda.random_swap(SENTENCE, 1, rng) != SENTENCE for _ in range(5))
+    assert eda.random_swap(["alone"], 3, rng) == ["alone"]
+
+
+def test_random_deletion_deletes_at_rate_p_and_never_empties_a_sentence(eda):
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        out = eda.random_deletion(SENTENCE, 1.0, rng)
+        assert len(out) == 1 and out[0] in SENTENCE
+    assert eda.random_deletion(["alone"], 1.0, rng) == ["alone"]
+    assert eda.random_deletion(SENTENCE, 0.0, rng) == SENTENCE
+    kept = [len(eda.random_deletion(SENTENCE * 50, 0.3, rng)) for _ in range(10)]
+    assert abs(np.mean(kept) / (len(SENTENCE) * 50) - 0.7) < 0.03
+    out = eda.random_deletion(SENTENCE, 0.5, rng)  # a subsequence: order kept
+    it = iter(SENTENCE)
+    assert all(w in it for w in out)
+
+
+def test_synonym_replacement_uses_wordnet_synonyms_and_skips_stop_words(eda, wordnet):
+    rng = np.random.default_rng(2)
+    words = "the dog and the happy woman".split()
+    # n = 1: one content word replaced, at every occurrence, by one of its WordNet synonyms
+    allowed = [" ".join(s if t == w else t for t in words).split()
+               for w in ("dog", "happy", "woman") for s in wordnet.synonyms(w)]
+    seen = set()
+    for _ in range(30):
+        out = eda.synonym_replacement(words, 1, rng)
+        assert out in allowed
+        seen.add(" ".join(out))
+    assert len(seen) > 5
+    twice = eda.synonym_replacement("the dog saw the dog".split(), 1, rng)
+    assert "dog" not in twice or twice.count("dog") == 2 and "domestic" in twice
+    assert eda.synonym_replacement("the and of".split(), 2, rng) == "the and of".split()
+
+
+def test_random_insertion_adds_a_synonym_and_keeps_the_sentence(eda, wordnet):
+    rng = np.random.default_rng(3)
+    words = "the dog ran".split()
+    for _ in range(20):
+        out = eda.random_insertion(words, 1, rng)
+        assert len(out) > len(words)
+        it = iter(out)
+        assert all(w in it for w in words)  # the original is a subsequence
+        pool = {t for w in ("dog", "ran") for s in wordnet.synonyms(w) for t in s.split()}
+        assert set(out) - set(words) <= pool
+    assert eda.random_insertion("the and".split(), 2, rng) == ["the", "and"]
+
+
+def test_augment_makes_n_aug_sentences_and_the_same_seed_gives_the_same_ones(eda):
+    made = eda.augment(SENTENCE, 8, np.random.default_rng(4))
+    assert len(made) == 8 and all(made)
+    assert made == eda.augment(SENTENCE, 8, np.random.default_rng(4))
+    assert made != eda.augment(SENTENCE, 8, np.random.default_rng(5))
+    assert eda.augment([], 4, np.random.default_rng(0)) == []
+    only_swap = EDA(eda.synonyms, operations=("rs",)).augment(SENTENCE, 3, np.random.default_rng(0))
+    assert len(only_swap) == 3 and all(Counter(s) == Counter(SENTENCE) for s in only_swap)
+
+
+def test_augment_corpus_caps_the_generated_count(eda):
+    corpus = [SENTENCE, "the happy dog".split(), "a woman ran".split(), "quickly home".split()] * 5
+    for cap, n_aug in ((1.0, 4), (0.5, 4), (1.0, 0.5), (2.0, 1)):
+        made = augment_corpus(eda, corpus, np.random.default_rng(6), n_aug=n_aug, cap=cap)
+        assert len(made) <= cap * len(corpus)
+    assert len(augment_corpus(eda, corpus, np.random.default_rng(6), n_aug=4, cap=1.0)) == len(corpus)
+    a = augment_corpus(eda, corpus, np.random.default_rng(7))
+    assert a == augment_corpus(eda, corpus, np.random.default_rng(7))
+
+
+def test_eda_rejects_bad_settings(eda):
+    with pytest.raises(ValueError, match="alpha_sr"):
+        EDA(eda.synonyms, alpha_sr=1.5)
+    with pytest.raises(ValueError, match="operations"):
+        EDA(eda.synonyms, operations=("sr", "shuffle"))
+    assert "the" in eda_mod.STOP_WORDS and "thou" in eda_mod.STOP_WORDS
+
+
+def test_clean_keeps_letters_only():
+    assert eda_mod.clean("Don't -- stop, well-chosen!") == ["dont", "stop", "well", "chosen"]
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.default_rng(0)
+    x = rng.random((12, 28, 28)).astype(np.float32)
+    x[:, 10:18, 10:18] = 1.0
+    return x, np.arange(12) % 4
+
+
+def test_image_augmentation_keeps_shapes_dtypes_and_labels_and_changes_pixels(images):
+    x, y = images
+    aug = ImageAugmenter()
+    gx, gy = augment_images(aug, x, y, np.random.default_rng(1), n_aug=1, cap=1.0)
+    assert gx.shape == x.shape and gx.dtype == x.dtype and gy.tolist() == y.tolist()  # cap 1, n_aug 1: each once
+    assert np.abs(gx - x).mean() > 0.01
+    rgb = np.repeat(x[..., None], 3, axis=-1)
+    gx3, gy3 = augment_images(ImageAugmenter(("flip", "scale", "noise")), rgb, y, np.random.default_rng(1), n_aug=3, cap=0.5)
+    assert gx3.shape == (6, 28, 28, 3) and len(gy3) == 6
+    unique = np.arange(len(x))  # one label per image: the label names the source image
+    gn, gl = augment_images(ImageAugmenter(("noise",)), x, unique, np.random.default_rng(2), n_aug=2, cap=1.0)
+    nearest = np.abs(gn[:, None] - x[None]).mean(axis=(2, 3)).argmin(axis=1)
+    np.testing.assert_array_equal(nearest, gl)
+
+
+def test_image_augmentation_is_seeded_and_capped(images):
+    x, y = images
+    aug = ImageAugmenter(("crop", "rotation", "translation", "noise"))
+    a = augment_images(aug, x, y, np.random.default_rng(2), n_aug=4, cap=1.0)
+    b = augment_images(aug, x, y, np.random.default_rng(2), n_aug=4, cap=1.0)
+    c = augment_images(aug, x, y, np.random.default_rng(3), n_aug=4, cap=1.0)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+    assert len(a[0]) == len(x)
+    assert len(augment_images(aug, x, y, np.random.default_rng(2), n_aug=4, cap=0.25)[0]) == 3
+    assert len(augment_images(aug, x, y, np.random.default_rng(2), n_aug=0, cap=1.0)[0]) == 0
+    with pytest.raises(ValueError, match="subset"):
+        ImageAugmenter(("rotate",))
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    """A small CNN whose last layer is named like MobileNet's head, on pooled features."""
+    import tf_keras as keras
+
+    from ondevice.tasks.classification import ClassificationTask
+    from ondevice.training.trainer import seed_everything
+
+    seed_everything(0)
+    inputs = keras.Input((12, 12, 1))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(5, name="logits")(x))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((48, 12, 12, 1)).astype(np.float32), rng.integers(0, 5, 48).astype(np.int32)
+    return model, ClassificationTask((12, 12, 1), 5), x, y
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifier, optimizer):
+    from ondevice.techniques.deeptype.fine_tune import FineTune
+    from ondevice.techniques.deeptype.inference_reuse import OnlineTrainer
+    from ondevice.training.trainer import Trainer
+
+    model, task, x, y = classifier
+    start = model.get_weights()
+    plain = Trainer(model, task, 0.05, optimizer, hooks=[FineTune("logits")])
+    plain.reset(start)
+    for i in (0, 16, 32):
+        plain.step(x[i: i + 16], y[i: i + 16])
+    expected = model.get_weights()
+    online = OnlineTrainer(model, task, 0.05, optimizer, head="logits")
+    online.reset(start)
+    for i in (0, 16, 32):
+        cached = online.infer_and_cache(x[i: i + 16])
+        np.testing.assert_allclose(cached["logits"].numpy(), model(x[i: i + 16]).numpy(), atol=1e-6)
+        online.train_from_cache(cached["features"], y[i: i + 16])
+    got = model.get_weights()
+    for a, b in zip(expected, got):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got[0], start[0])  # the convolution never moves
+    assert not np.allclose(got[-2], start[-2])
+    model.set_weights(start)
+
+
+def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
+    from ondevice.experiments.autlearn_augment_online import stream_pass
+    from ondevice.techniques.deeptype.inference_reuse import OnlineTrainer
+
+    model, task, x, y = classifier
+    start = model.get_weights()
+    trainer = OnlineTrainer(model, task, 0.5, "sgd", head="logits")
+    x, y = x[:40], y[:40]
+    batch = lambda idx: (x[idx], y[idx])
+    hits = lambda logits, idx, labels: (logits.argmax(1) == labels).astype(float)
+    frozen, steps = stream_pass(trainer, start, 40, batch, hits, 16, train=False)
+    assert steps == 0
+    model.set_weights(start)
+    np.testing.assert_array_equal(frozen, (model(x).numpy().argmax(1) == y).astype(float))
+    online, steps = stream_pass(trainer, start, 40, batch, hits, 16, train=True)
+    assert steps == 2  # 16 + 16, the last 8 are never trained on
+    np.testing.assert_array_equal(online[:16], frozen[:16])  # the first buffer meets the start model
+    moved = model.get_weights()
+    model.set_weights(start)
+    assert not np.allclose(moved[-2], start[-2])
+    # the third buffer is predicted by the model after two updates
+    model.set_weights(moved)
+    np.testing.assert_array_equal(online[32:], (model(x[32:]).numpy().argmax(1) == y[32:]).astype(float))
+    model.set_weights(start)

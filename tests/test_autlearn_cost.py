@@ -1,0 +1,130 @@
+"""AutLearn A5/A6: structured pruning, its stop rule, FLOP and parameter counts, and the compiler
+paths (TensorFlow, XLA, TFLite) agreeing on the loss of the same step. Real TensorFlow throughout."""
+import numpy as np
+import pytest
+import tf_keras as keras
+
+from ondevice.models import lstm_lm
+from ondevice.techniques.autlearn import pruning
+
+
+def small_lstm(seed=0):
+    return lstm_lm.build(lstm_lm.LSTMConfig(40, 30, 8, 12, 2), seed=seed)
+
+
+def small_cnn():
+    x = inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(6, 3, padding="same", name="conv")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.DepthwiseConv2D(3, use_bias=False, name="dw")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    x = keras.layers.Dense(5, name="fc")(x)
+    out = keras.layers.Dense(4, name="head")(x)
+    model = keras.Model(inputs, out)
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def tokens(n=3, length=7, vocab=40):
+    return np.random.default_rng(0).integers(1, vocab, (n, length)).astype(np.int32)
+
+
+def zeroed_copy(model, layer, units):
+    twin = keras.models.clone_model(model)
+    twin.set_weights(model.get_weights())
+    pruning.zero_units(twin, layer, units)
+    return twin
+
+
+@pytest.mark.parametrize("layer", ["embedding", "lstm_1", "lstm_2"])
+def test_pruning_removes_the_lowest_norm_units_and_matches_zeroing_them(layer):
+    model = small_lstm()
+    norms = pruning.unit_norms(model.get_layer(layer))
+    removed = pruning.lowest_units(model.get_layer(layer), 4)
+    kept = np.setdiff1d(np.arange(len(norms)), removed)
+    assert len(removed) == 4 and norms[removed].max() <= norms[kept].min()
+    pruned = pruning.prune(model, layer, removed)
+    assert pruning.width(pruned.get_layer(layer)) == pruning.width(model.get_layer(layer)) - 4
+    assert pruning.parameters(pruned) < pruning.parameters(model)
+    x = tokens()
+    np.testing.assert_allclose(pruned(x).numpy(), zeroed_copy(model, layer, removed)(x).numpy(), atol=1e-5)
+    assert not np.allclose(pruned(x).numpy(), model(x).numpy(), atol=1e-4)  # it did change the model
+
+
+def test_pruning_a_convolution_shrinks_the_depthwise_layer_and_the_consumer():
+    model = small_cnn()
+    removed = pruning.lowest_units(model.get_layer("conv"), 2)
+    pruned = pruning.prune(model, "conv", removed)
+    assert pruned.get_layer("dw").depthwise_kernel.shape[2] == 4 and pruned.get_layer("fc").kernel.shape[0] == 4
+    x = np.random.default_rng(2).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(pruned(x).numpy(), zeroed_copy(model, "conv", removed)(x).numpy(), atol=1e-4)
+    assert pruning.candidates(model) == ["conv", "fc"]  # the output layer never loses units
+    with pytest.raises(ValueError, match="output"):
+        pruning.prune(model, "head", [0])
+
+
+def test_flop_and_parameter_counts_of_a_known_model():
+    model = small_cnn()
+    # conv 3x3x3->6 on 8x8 (same); depthwise 3x3 on 6 channels -> 6x6; fc 6->5; head 5->4
+    assert pruning.forward_flops(model) == 2 * 8 * 8 * 9 * 3 * 6 + 2 * 6 * 6 * 9 * 6 + 2 * 6 * 5 + 2 * 5 * 4
+    assert pruning.parameters(model) == (81 * 2 + 6) + 54 + (30 + 5) + (20 + 4)
+    lstm = small_lstm()  # per position: two LSTMs (8->12, 12->12) and the softmax 12->30
+    assert pruning.forward_flops(lstm) == 2 * 4 * 12 * (8 + 12) + 2 * 4 * 12 * 24 + 2 * 12 * 30
+    assert pruning.last_layer_train_flops(lstm, "softmax", 10) == 10 * (pruning.forward_flops(lstm) + 2 * 12 * 30) + 12 * (12 * 30 + 30)
+
+
+def test_search_stops_at_the_accuracy_budget():
+    model = small_lstm()
+    script = iter([0.50, 0.49, 0.48, 0.40,   # base; round 1 trials (embedding, lstm_1, lstm_2)
+                   0.495,                    # round 1 after re-training: within 1%
+                   0.45, 0.47, 0.46,         # round 2 trials: lstm_1 is best
+                   0.485])                   # after re-training: 1.5% below the base, over the budget
+    retrained = []
+    best, rounds, base = pruning.search(model, lambda m: next(script), retrained.append, step=0.25, max_drop=0.01,
+                                        layers=["embedding", "lstm_1", "lstm_2"], log=lambda *_: None)
+    assert base == 0.50 and [r.layer for r in rounds] == ["embedding", "lstm_1"]
+    assert [r.within_budget for r in rounds] == [True, False] and len(retrained) == 2
+    assert pruning.width(best.get_layer("embedding")) == 6 and pruning.width(best.get_layer("lstm_1")) == 12
+    assert best is retrained[0]  # the last model within the budget, not the one that broke it
+    first, rounds, _ = pruning.search(model, lambda m: 0.5 if m is model else 0.3, lambda m: None,
+                                      layers=["lstm_1"], log=lambda *_: None)
+    assert first is model and len(rounds) == 1 and not rounds[0].within_budget
+
+
+def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
+    model = small_lstm()
+    sparse = pruning.magnitude_prune(model, 0.5)
+    assert [w.shape for w in sparse.weights] == [w.shape for w in model.weights]
+    kernel, original = sparse.get_layer("softmax").kernel.numpy(), model.get_layer("softmax").kernel.numpy()
+    assert abs((kernel == 0).mean() - 0.5) < 0.02
+    assert np.abs(original[kernel == 0]).max() <= np.abs(original[kernel != 0]).min()
+    assert pruning.nonzero_parameters(sparse) < 0.6 * pruning.nonzero_parameters(model)
+
+
+def test_compiler_paths_give_the_same_loss_for_the_same_steps():
+    from ondevice.experiments import autlearn_cost as exp
+
+    params = exp.Params.for_scale("smoke", 0)
+    start = small_lstm(seed=3).get_weights()
+    x = tokens(4, 6, 40)
+    y = np.random.default_rng(5).integers(1, 30, x.shape).astype(np.int32)
+    losses = {}
+    for path in exp.PATHS:
+        model = small_lstm(seed=3)
+        model.set_weights(start)
+        step = exp.step_function(path, model, "text", params, "softmax")
+        losses[path] = [step(x, y), step(x, y)]  # the second loss shows the first update agreed too
+    assert losses["tensorflow"][1] < losses["tensorflow"][0]
+    for path in ("xla", "tflite"):
+        np.testing.assert_allclose(losses[path], losses["tensorflow"], rtol=1e-5)
+
+
+def test_bad_parameters_name_the_parameter():
+    from ondevice.experiments import autlearn_cost as exp
+    from ondevice.params import ParameterError
+
+    with pytest.raises(ParameterError, match="governors"):
+        exp.Params.for_scale("smoke", 0, governors=["powersave"])
+    with pytest.raises(ParameterError, match="time_source"):
+        exp.Params.for_scale("smoke", 0, time_source="guessed")
