@@ -7,12 +7,11 @@ the file and the writer.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from . import manifests
+from . import leaf, manifests
 
 CLASSES = 62
 SIDE = 28
@@ -21,17 +20,8 @@ SIDE = 28
 def read_file(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Writer -> (images float32 (n, 28, 28, 1) in [0, 1], labels int32 (n,)) of one LEAF file."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise manifests.DataError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("users"), list) or not isinstance(doc.get("user_data"), dict):
-        raise manifests.DataError(f"{path}: expected LEAF's format, an object with 'users' (a list) and 'user_data' (an object)")
     out = {}
-    for writer in doc["users"]:
-        entry = doc["user_data"].get(writer)
-        if not isinstance(entry, dict) or "x" not in entry or "y" not in entry:
-            raise manifests.DataError(f"{path}: writer {writer!r} has no 'x' and 'y' in 'user_data'")
+    for writer, entry in leaf.user_entries(path, "writer"):
         try:
             x = np.asarray(entry["x"], dtype=np.float32)
             y = np.asarray(entry["y"])

@@ -6,11 +6,10 @@ the file and the user or key that is wrong.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from . import manifests
+from . import leaf, manifests
 
 _MENTION_OR_URL = re.compile(r"@\w+|https?://\S+|www\.\S+")
 
@@ -23,17 +22,8 @@ def clean(text: str) -> str:
 def read_file(path: str | Path) -> dict[str, list[str]]:
     """User -> the texts of their tweets in file order, from one LEAF Sent140 JSON file."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise manifests.DataError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("users"), list) or not isinstance(doc.get("user_data"), dict):
-        raise manifests.DataError(f"{path}: expected LEAF's format, an object with 'users' (a list) and 'user_data' (an object)")
     out = {}
-    for user in doc["users"]:
-        entry = doc["user_data"].get(user)
-        if not isinstance(entry, dict) or not isinstance(entry.get("x"), list) or not isinstance(entry.get("y"), list):
-            raise manifests.DataError(f"{path}: user {user!r} has no 'x' and 'y' lists in 'user_data'")
+    for user, entry in leaf.user_entries(path, "user"):
         if len(entry["x"]) != len(entry["y"]):
             raise manifests.DataError(f"{path}: user {user!r} has {len(entry['x'])} tweets but {len(entry['y'])} labels")
         texts = []
