@@ -147,6 +147,7 @@ def run_jobs(jobs: Sequence[Job], shared: Any = None, engine=None, run_dir: str 
                 results[i] = value
                 if store is not None:
                     store.save(job, value)
+                log(f"[engine] {len(results)}/{len(jobs)} done: {job.key}")
             elif attempts[i] <= RETRIES:
                 attempts[i] += 1
                 log(f"[engine] job {job.key} failed ({_last_line(value)}); retrying")
