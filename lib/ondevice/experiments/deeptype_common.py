@@ -39,7 +39,8 @@ MODEL_PRESETS = {
     "smoke": dict(vocab_size=800, embedding_dim=32, hidden_units=48, context_words=3,
                   crowd_max_words=12000, global_epochs=2, global_holdout_words=1500),
     "default": dict(vocab_size=5000, embedding_dim=64, hidden_units=128, context_words=3,
-                    crowd_max_words=0, global_epochs=3, global_holdout_words=20000),
+                    crowd_max_words=0, global_epochs=8, global_min_improvement=0.01,
+                    global_holdout_words=20000),
     "paper": dict(global_epochs=10, global_seeds=3),
 }
 # What decides the global model's weights: its cache key holds these fields, the seed, the split,
