@@ -28,10 +28,11 @@ DATASET = "shakespeare"
 
 # Model and global-training fields per scale (the paper's values are the dataclass defaults).
 # Default: the global model reads ALL crowd text (about 705K words after the 20K-word hold-out) and
-# stops when the hold-out loss stops improving (at most 3 epochs). Sized for the 2-core CPU: at
-# batch 128 this LSTM ran about 19 steps/s (5.5K steps, about 5 minutes, per epoch; measured
+# stops at a plateau: the first epoch that lowers the hold-out loss by less than 1% (at most 8
+# epochs; with a 3-epoch cap the loss was still falling 4% per epoch). Sized for the 2-core CPU:
+# at batch 128 this LSTM ran about 19 steps/s (5K steps, about 4.5 minutes, per epoch; measured
 # against the larger 96/160/5-word model at 11.8 steps/s in the same process), so one global model
-# costs at most about 15 minutes cold and nothing once cached. One global model per corpus
+# costs at most about 40 minutes cold, once per machine, and nothing once cached. One global model per corpus
 # (global_seeds=1); the seeds repeat the personal training. Global training uses Adam (the paper:
 # mini-batch gradient descent as in TensorFlow's PTB model), a deviation that reaches a plateau in
 # few epochs; personal training follows the paper (SGD, batch 16, 5 epochs).
