@@ -84,12 +84,18 @@ def test_femnist_mirror_keeps_leafs_split_per_writer():
         assert len(test[w][1]) < len(y)  # LEAF's 90/10
 
 
-def test_top_users_takes_the_heaviest_fraction_then_a_sample():
+def test_top_users_takes_the_heaviest_fraction_then_validation_then_a_sample():
     sizes = {f"u{i:02d}": i for i in range(25)}
-    assert common.top_users(sizes, 0.1, 0, 0, "t") == ("u22", "u23", "u24")  # ceil(2.5) = 3 heaviest
-    drawn = common.top_users(sizes, 0.4, 4, 0, "t")
-    assert len(drawn) == 4 and set(drawn) <= {f"u{i}" for i in range(15, 25)}
-    assert drawn == common.top_users(sizes, 0.4, 4, 0, "t") and drawn == tuple(sorted(drawn))
+    assert common.top_users(sizes, 0.1, 0, 0, 0, "t") == (("u22", "u23", "u24"), ())  # ceil(2.5) = 3 heaviest
+    drawn, held = common.top_users(sizes, 0.4, 4, 3, 0, "t")
+    top = {f"u{i}" for i in range(15, 25)}
+    assert len(drawn) == 4 and len(held) == 3 and set(drawn) <= top and set(held) <= top
+    assert not set(drawn) & set(held)  # validation users are never test users
+    assert (drawn, held) == common.top_users(sizes, 0.4, 4, 3, 0, "t") and drawn == tuple(sorted(drawn))
+    everyone, held = common.top_users(sizes, 0.4, 0, 3, 0, "t")
+    assert set(everyone) == top - set(held)  # n = 0: all of the rest
+    with pytest.raises(ValueError, match="leave no test user"):
+        common.top_users(sizes, 0.1, 0, 3, 0, "t")
 
 
 # ---- privacy: nothing of a personal user reaches the cloud side -------------------------------------
@@ -110,8 +116,8 @@ def test_marker_users_never_reach_vocabulary_or_pretraining(speeches, tmp_path, 
     tweets, _ = sent140.load()
     clean = common.load_text(params, lambda *a: None, speeches=speeches, tweets=tweets)
     planted = common.load_text(params, lambda *a: None, speeches=_with_markers(speeches), tweets=tweets)
-    marker_users = [u for u in planted.users if u.startswith("plantedplay/")]
-    assert len(marker_users) == 2  # they are personal users...
+    marker_users = [u for u in planted.users + planted.validation_users if u.startswith("plantedplay/")]
+    assert len(marker_users) == 2  # they are personal (test or validation) users...
     assert any(MARKERS[0] in s for u in marker_users for s in planted.train_sentences[u])  # ...with their words
     assert not set(MARKERS) & set(planted.vocab.words)
     assert planted.vocab == clean.vocab
@@ -177,3 +183,28 @@ def test_text_step_trains_only_the_softmax(speeches, tmp_path, monkeypatch):
         assert np.array_equal(a, b) != (id(var) in softmax), var.name
     scores = common.score_text(step.model, data.test[user], params.k)
     assert 0 <= scores["top1"] <= 1 and 0 <= scores["top_k_eff"] <= 1
+
+
+def test_rate_is_chosen_on_validation_users_only():
+    """Each candidate is scored on the validation writers; the test writers' data cannot change the
+    choice; the public model's weights are restored; a rate that learns their labels wins."""
+    params = tiny(image_personal_epochs=3, image_rate_candidates=(1e-6, 0.05))
+    pre = common.pretrained_image(params, None, lambda *a: None)
+    rng = np.random.default_rng(0)
+    writer = lambda label, n: (rng.random((n, 28, 28, 1), dtype=np.float32), np.full(n, label, np.int32))
+    val = common.Validation(("v1", "v2"), {"v1": writer(5, 24), "v2": writer(5, 24)}, {"v1": writer(5, 8), "v2": writer(5, 8)})
+
+    def choose(test_label):
+        data = common.ImageData(None, [], ("t1",), {"t1": writer(test_label, 24)}, {"t1": writer(test_label, 8)}, 3, val)
+        return common.choose_rate(params, "image", data, pre, lambda *a: None)
+
+    chosen, table = choose(7)
+    assert chosen.image_personal_learning_rate == 0.05  # learns class 5 of the validation writers
+    assert list(table.learning_rate) == [1e-6, 0.05, 0.0] and table.chosen.tolist() == [False, True, False]
+    assert table["validation mean top-1"].iloc[1] == 1.0 and table.validation_users.iloc[0] == 2
+    assert all(np.array_equal(a, b) for a, b in zip(pre.model.get_weights(), pre.weights))
+    again, other = choose(11)  # other test writers: the same table
+    assert again == chosen and other["validation mean top-1"].tolist() == table["validation mean top-1"].tolist()
+    kept, empty = common.choose_rate(tiny(image_rate_candidates=()), "image", common.ImageData(None, [], (), {}, {}, 0, val),
+                                     pre, lambda *a: None)
+    assert kept.image_personal_learning_rate == tiny().image_personal_learning_rate and empty.empty

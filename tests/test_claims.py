@@ -145,3 +145,12 @@ def test_headline_tolerance_is_three_standard_errors_of_a_difference_of_means():
 
 def test_percent_keeps_a_small_change_from_reading_as_zero():
     assert claims.percent(-0.000344) == "-0.03%" and claims.percent(0.0117) == "+1.2%" and claims.percent(0.0) == "+0.0%"
+
+
+def test_resamples_where_both_conditions_are_zero_count_as_no_change():
+    """Small accuracies: some resamples hold only users at 0 in both conditions (0 / 0); the
+    interval stays finite and around the point estimate instead of turning NaN."""
+    better, worse = np.array([[0.0, 0.0, 0.0, 0.3]]), np.array([[0.0, 0.0, 0.0, 0.2]])
+    r = claims.paired_effect(better, worse, np.random.default_rng(0), n_boot=500, statistic="mean")
+    assert np.isfinite([r["ci_low"], r["ci_high"]]).all() and r["ci_low"] <= r["change"] <= r["ci_high"]
+    assert r["change"] == pytest.approx(0.5) and r["ci_low"] == 0.0

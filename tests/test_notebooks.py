@@ -188,6 +188,22 @@ def autlearn_accuracy_sanity(out: Path) -> None:
     reference = numbers.quantity.str.contains("CloudTrain top-1 / CloudTrain")
     assert np.allclose(numbers[reference].ours, 1.0) and (numbers.ours >= 0).all()
     assert len(pd.read_csv(out / "tables" / "effects.csv")) == 10
+    _rates_chosen_on_validation_users(out, users)
+    check = pd.read_csv(out / "tables" / "tflite_check.csv")
+    assert len(check) >= 1 and check.abs_difference.max() < 1e-4 and check.max_output_difference_after.max() < 1e-3
+
+
+def _rates_chosen_on_validation_users(out: Path, users: pd.DataFrame) -> None:
+    """One chosen rate per model, the one run.json records, from users no test table holds."""
+    rates = pd.read_csv(out / "tables" / "rate_selection.csv")
+    run = json.loads((out / "run.json").read_text())
+    for model, kind in (("LSTM", "text"), ("MobileNet", "image")):
+        r = rates[rates.model == model]
+        assert r.chosen.sum() == 1 and r.validation_users.iloc[0] >= 1
+        assert r[r.chosen].learning_rate.iloc[0] == run["params"][f"{kind}_personal_learning_rate"]
+        assert r[r.chosen]["validation mean top-1"].iloc[0] == r[r.learning_rate > 0]["validation mean top-1"].max()
+    validation = run["notes"]["validation_users"]
+    assert validation["text"] and validation["image"] and not set(validation["text"] + validation["image"]) & set(users.user)
 
 
 def autlearn_augment_online_sanity(out: Path) -> None:
@@ -209,6 +225,7 @@ def autlearn_augment_online_sanity(out: Path) -> None:
     assert curve.cumulative_top1.between(0, 1).all()
     assert np.allclose(curve.groupby(["model", "user", "condition"]).fraction.max(), 1)
     assert pd.read_csv(t / "online_image_selection.csv").chosen.sum() == 1
+    _rates_chosen_on_validation_users(out, pd.concat([aug, online]))
 
 
 def autlearn_cost_sanity(out: Path) -> None:

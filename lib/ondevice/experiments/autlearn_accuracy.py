@@ -15,8 +15,11 @@ Metric: top-1 per user on the user's test part (the LSTM: the next word before a
 is typed; DeepType's top-k-eff beside it), means over users with bootstrap intervals, paired
 comparisons between methods through `results.claims` (means over users).
 
-The notebook calls one stage per section: `load`, `pretrain`, `text_methods`, `image_methods`,
-`conclude`; `run` calls them all.
+The on-device learning rate of each model (AutLearn's and CloudCustomize's step) is chosen on
+validation users drawn apart from the test users (`autlearn_common.choose_rate`).
+
+The notebook calls one stage per section: `load`, `pretrain`, `choose_rates`, `text_methods`,
+`image_methods`, `on_device`, `conclude`; `run` calls them all.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import pandas as pd
 
 from .. import streams
 from ..models import mobilenet_v1
+from ..device import tflite
 from ..results import claims, record
 from ..tasks.next_word import NextWordTask
 from ..techniques.autlearn.fedavg import fedavg
@@ -86,10 +90,12 @@ class Params(common.AutLearnParams):
     image_fedavg_clients: int = 0         # 0 = fedavg_clients
     seeds: int = 1                        # repeats of all training (seed, seed+1, ...); data and users use `seed`
     bootstrap: int = 2000
+    tflite_check_steps: int = 3           # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
-    # default: 12 of the 137 top-10% Shakespeare roles (CPU budget) and all 105 FEMNIST writers of
-    # the mirror. FedAvg sees about as many examples as CloudTrain: rounds x clients x local epochs
-    # / users = cloud epochs (text 6 x 4 / 12 = 2; images 20 x 10 / 105 = 1.9).
+    # default: 12 of the 137 top-10% Shakespeare roles (CPU budget) and 99 of the 105 FEMNIST writers
+    # of the mirror (6 of each are validation users). FedAvg sees about as many examples as
+    # CloudTrain: rounds x clients x local epochs / users = cloud epochs (text 6 x 4 / 12 = 2;
+    # images 20 x 10 / 99 = 2.0).
     PRESETS = common.presets({
         "smoke": dict(text_cloud_epochs=1, image_cloud_epochs=2, image_cloud_learning_rate=0.002, fedavg_rounds=2,
                       fedavg_clients=2, bootstrap=300),
@@ -109,6 +115,7 @@ class Params(common.AutLearnParams):
         for name in ("text_cloud_learning_rate", "image_cloud_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
+        self.require(self.tflite_check_steps >= 0, "tflite_check_steps", "must be >= 0 (0 = skip)")
 
     @property
     def seed_list(self) -> list[int]:
@@ -130,6 +137,32 @@ def pretrain(params: Params, text: common.TextData, images: common.ImageData, lo
     seed_everything(params.seed)
     return {"text": {s: common.pretrained_text(params, text, log, s) for s in params.seed_list},
             "image": {s: common.pretrained_image(params, images, log, s) for s in params.seed_list}}
+
+
+def choose_rates(params: Params, text: common.TextData, images: common.ImageData, pre, log=print) -> tuple[Params, pd.DataFrame]:
+    """Both models' on-device rates chosen on their validation users, from the first seed's public models."""
+    return common.choose_rates(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
+
+
+def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataFrame | None:
+    """AutLearn's LSTM step (softmax only, the chosen rate) exported as a trainable TFLite model and
+    run for the first test user's first steps in TensorFlow and through the interpreter (Flex
+    delegate), from the public model; it trains copies and draws from its own stream."""
+    if not params.tflite_check_steps:
+        return None
+    user, task = text.users[0], NextWordTask(params.k)
+    batches = list(task.batches(text.train[user], params.text_personal_batch_size, streams.rng(params.seed, "diagnostics/tflite")))
+    model = pre["text"][params.seed].model
+    model.set_weights(pre["text"][params.seed].weights)
+    check = tflite.compare_training(model, task, params.text_personal_learning_rate, batches[: params.tflite_check_steps],
+                                    params.text_personal_optimizer, hooks=[common.last_layer("text")])
+    table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1), "loss_tensorflow": check["tensorflow"],
+                          "loss_tflite": check["tflite"]})
+    table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
+    table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
+    log(f"on-device check ({user}): {len(table)} steps through the TFLite interpreter, max |loss difference| "
+        f"{table.abs_difference.max():.2e}, max |output difference| after them {table.max_output_difference_after.iloc[0]:.2e}")
+    return table
 
 
 def _setup(params: Params, kind: str):
@@ -238,7 +271,7 @@ def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
 
 
 def conclude(params: Params, text: common.TextData, images: common.ImageData, pre, rows: list[dict],
-             history: list[dict], wall_time_s: float) -> record.Result:
+             history: list[dict], rates: pd.DataFrame, tflite_check: pd.DataFrame | None, wall_time_s: float) -> record.Result:
     """Tables, the paper's relative numbers beside ours, and paired three-way verdicts."""
     users = users_table(rows)
     rng = streams.rng(params.seed, "bootstrap")
@@ -261,7 +294,10 @@ def conclude(params: Params, text: common.TextData, images: common.ImageData, pr
     data = pd.concat([text.table().drop(columns="public_words"), images.table().drop(columns="writers_read")], ignore_index=True)
     tables = {"users": users, "summary": summary, "training": pd.DataFrame(history), "data": data,
               "pretraining": pd.concat([p.history().assign(seed=s) for s, p in pre["text"].items()], ignore_index=True),
-              "headline": claims.headline_table(headline), "paper_vs_ours": numbers, "effects": effects}
+              "headline": claims.headline_table(headline), "paper_vs_ours": numbers, "effects": effects,
+              "rate_selection": rates}
+    if tflite_check is not None:
+        tables["tflite_check"] = tflite_check
     # Shakespeare's manifest marks it a stand-in for DeepType's private keyboard logs; for AutLearn
     # it is the paper's own data set (LEAF Shakespeare), so nothing here is a stand-in.
     data_summaries = [{**m.summary(), "stand_in_for": None} for m in text.manifests + [images.manifest]]
@@ -272,6 +308,8 @@ def conclude(params: Params, text: common.TextData, images: common.ImageData, pr
         artifacts={"users.json": {"text": list(text.users), "image": list(images.users)}},
         notes={"text_users": list(text.users), "text_users_in_data_set": text.all_users, "image_users": len(images.users),
                "image_writers_read": images.all_users, "vocabulary_size": text.vocab.size, "seeds": params.seed_list,
+               "validation_users": {"text": list(text.validation.users), "image": list(images.validation.users)},
+               "on_device_rates_chosen": {"text": params.text_personal_learning_rate, "image": params.image_personal_learning_rate},
                "pretrained_lstm_from_cache": {s: p.from_cache for s, p in pre["text"].items()},
                "effects_statistic": "mean over users (paired bootstrap)"},
     )
@@ -293,9 +331,11 @@ def run(params: Params, log=print) -> record.Result:
     start = time.perf_counter()
     text, images = load(params, log)
     pre = pretrain(params, text, images, log)
+    params, rates = choose_rates(params, text, images, pre, log)
     rows, history = text_methods(params, text, pre, log)
     more, more_history = image_methods(params, images, pre, log)
-    return conclude(params, text, images, pre, rows + more, history + more_history, time.perf_counter() - start)
+    check = on_device(params, text, pre, log)
+    return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, time.perf_counter() - start)
 
 
 def plot_methods(users: pd.DataFrame):

@@ -19,8 +19,10 @@ updates. Paper: +5.9% (LSTM), +3.1% (MobileNet) over the stream, larger later.
   which any learning looks large. AutLearn's cloud pre-trains on public data resembling the users'
   (Sec. 3.1), so here the cloud trains the head on "public" writers, a random
   `image_public_fraction` of the writers read, and the rest are the streaming users.
+- The on-device step's rates (A3 for both models, A4's text updates) are chosen on the shared
+  validation users (`autlearn_common.choose_rates`), as in the accuracy notebook.
 - The update's optimizer and rate: text uses the shared on-device protocol (SGD on the softmax,
-  DeepType's personal rate). The MobileNet head's protocol (Adam over 15 epochs from a fresh
+  the chosen rate). The MobileNet head's protocol (Adam over 15 epochs from a fresh
   head) is a recipe for many passes, not for single-pass refinement of a trained head, so the
   cloud chooses the online update among `online_image_candidates` on its own validation writers
   (a `image_validation_fraction` of the public writers, left out of the head's training), by the
@@ -32,7 +34,7 @@ or relative: effects are relative changes of the mean over users with a paired b
 (verdicts; means, not medians, because a writer's accuracy on about 15 test images is coarse), and
 the effects table gives the absolute change too.
 
-Stages, one per notebook section: `load`, `pretrain`, `augment_text`, `augment_images`,
+Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `augment_text`, `augment_images`,
 `online_text`, `online_images`, `conclude`; `run` calls them all.
 """
 from __future__ import annotations
@@ -177,6 +179,11 @@ def load(params: Params, log=print) -> Data:
 def pretrain(params: Params, data: Data, log=print) -> dict[str, common.Pretrained]:
     """The public pre-trained models (the LSTM from the model cache or trained on Sent140)."""
     return {"text": common.pretrained_text(params, data.text, log), "image": common.pretrained_image(params, data.images, log)}
+
+
+def choose_rates(params: Params, data: Data, models: dict, log=print) -> tuple[Params, pd.DataFrame]:
+    """The on-device rates chosen on the validation users (never the test users)."""
+    return common.choose_rates(params, data.text, data.images, models, log)
 
 
 # ---- A3 ---------------------------------------------------------------------------------------
@@ -402,7 +409,7 @@ def summary(augmented: pd.DataFrame, online: pd.DataFrame) -> pd.DataFrame:
 
 def conclude(params: Params, data: Data, models: dict, examples: pd.DataFrame, augmented: pd.DataFrame,
              online: pd.DataFrame, curve: pd.DataFrame, image_selection: pd.DataFrame, image_notes: dict,
-             wall_time_s: float) -> record.Result:
+             rates: pd.DataFrame, wall_time_s: float) -> record.Result:
     """Tables, headline numbers, the paper's numbers beside ours and the verdicts."""
     eff = effects(params, augmented, online)
     ours = {}
@@ -413,7 +420,7 @@ def conclude(params: Params, data: Data, models: dict, examples: pd.DataFrame, a
     manifests_ = [*data.text.manifests, data.images.manifest, data.wordnet_manifest]
     tables = {"data": data.table(), "eda_examples": examples, "augmentation": augmented, "online": online,
               "curve": curve, "online_image_selection": image_selection, "summary": summary(augmented, online),
-              "pretraining": models["text"].history(),
+              "pretraining": models["text"].history(), "rate_selection": rates,
               "headline": claims.headline_table(headline), "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
               "effects": eff}
     return record.Result(
@@ -421,6 +428,8 @@ def conclude(params: Params, data: Data, models: dict, examples: pd.DataFrame, a
         data=[m.summary() for m in manifests_], stand_in_data=STAND_IN, wall_time_s=wall_time_s,
         notes={"text_users": list(data.text.users), "image_users": list(data.images.users), **image_notes,
                "pretrained_lstm_from_cache": models["text"].from_cache, "femnist_classes": femnist.CLASSES,
+               "on_device_rates_chosen": {"text": params.text_personal_learning_rate, "image": params.image_personal_learning_rate},
+               "validation_users": {"text": list(data.text.validation.users), "image": list(data.images.validation.users)},
                "effects_statistic": "mean over users (paired bootstrap)"},
     )
 
@@ -448,12 +457,13 @@ def run(params: Params, log=print) -> record.Result:
     start = time.perf_counter()
     data = load(params, log)
     models = pretrain(params, data, log)
+    params, rates = choose_rates(params, data, models, log)
     examples = eda_examples(params, data)
     augmented = pd.concat([augment_text(params, data, models, log), augment_images(params, data, models, log)])
     t_rows, t_curve = online_text(params, data, models, log)
     i_rows, i_curve, i_selection, notes = online_images(params, data, models, log)
     return conclude(params, data, models, examples, augmented, pd.concat([t_rows, i_rows]), pd.concat([t_curve, i_curve]),
-                    i_selection, notes, time.perf_counter() - start)
+                    i_selection, notes, rates, time.perf_counter() - start)
 
 
 def plot_curve(curve: pd.DataFrame, params: Params):

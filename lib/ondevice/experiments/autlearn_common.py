@@ -16,6 +16,9 @@ Interface (code against this; every function takes the params of a subclass of `
     # .model (a Keras model), .weights (start weights: lstm.model.set_weights(lstm.weights)), .info
 
     hook = last_layer("text" | "image")            # FineTune hook: only "softmax" / "logits" trains
+    params, table = choose_rates(params, text, images, {"text": lstm, "image": cnn})
+                                                   # the on-device rates, chosen on validation users
+                                                   #   (text.validation, images.validation)
     step = PersonalTrainer(params, "text" | "image", model)   # AutLearn's on-device step
     history = step.fit(start_weights, text.train[u], rng)     # -> step.model holds the user's model
     score_text(model, samples, k) -> {"top1", "top_k_eff", "perplexity"}
@@ -62,11 +65,12 @@ from ..tasks.classification import ClassificationTask
 from ..tasks.next_word import NextWordTask, position_scores
 from ..techniques.deeptype.bucketing import EqualLength
 from ..techniques.deeptype.fine_tune import FineTune
-from ..training import model_cache
+from ..training import model_cache, selection
 from ..training.trainer import Trainer
 from . import deeptype_common
 
 KINDS = ("text", "image")
+MODELS_NAME = {"text": "LSTM", "image": "MobileNet"}
 LAST_LAYER = {"text": "softmax", "image": mobilenet_v1.HEAD}
 # MobileNet widths with a declared ImageNet weight file (paper: 1.0, declared without a checksum).
 MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_1_0"}
@@ -77,22 +81,28 @@ MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_
 #   sizes, narrower for the CPU budget; the paper gives none; paper scale: 400 / 400, DeepType's),
 #   3 previous words of context per sample at smoke/default (10 at paper), DeepType's samples.
 # - Pre-training on Sent140: Adam 0.002, batch 64, equal-length buckets, until the loss on 10% of
-#   the tweets (held out) falls by less than 1% in an epoch, at most `pretrain_epochs` (default 3:
-#   about 2 CPU minutes per epoch at 10K words; the held-out loss is still falling there).
-# - On-device step (AutLearn, CloudCustomize): LSTM softmax by SGD at 1.0 (DeepType's personal
-#   rate), batch 16 (the paper's LSTM batch), 3 epochs (default 2, CPU budget); MobileNet head by
-#   Adam 0.003, batch 16, 15 epochs (a fresh head over 62 classes needs many small steps; the
-#   paper's phones used batch 1 for memory, which changes time, not what is learnt). Fixed
-#   choices, not yet selected on validation users.
-# - Users at default: 12 of the 137 top-10% Shakespeare roles (CPU budget), all 105 FEMNIST writers.
+#   the tweets (held out) falls by less than 1% in an epoch (a plateau), at most `pretrain_epochs`
+#   (default 12, about 2 CPU minutes per epoch at 10K words; a one-time cost, cached).
+# - On-device step (AutLearn, CloudCustomize): LSTM softmax by SGD (DeepType's personal optimizer),
+#   batch 16 (the paper's LSTM batch), 3 epochs (default 2, CPU budget); MobileNet head by Adam,
+#   batch 16, 15 epochs (a fresh head over 62 classes needs many small steps; the paper's phones
+#   used batch 1 for memory, which changes time, not what is learnt). The rates are chosen on the
+#   validation users from `text_rate_candidates` / `image_rate_candidates` by the notebooks that
+#   train users (`choose_rate`); the preset's rates (SGD 1.0, Adam 0.003) are what the timing
+#   notebook uses and what the notebooks fall back to when the candidates are empty.
+# # - Validation users (`validation_users`, 6 per kind at default) are drawn first from the same
+#   top-10% pool and are never test users: AutLearn's on-device learning rate is chosen on them
+#   (`choose_rate`, the highest mean top-1 on their later parts), never on test users.
+# - Users at default: 12 of the other 131 top-10% Shakespeare roles (CPU budget), the other 99 of
+#   the mirror's 105 FEMNIST writers.
 # - MobileNet: alpha 0.25 (the ImageNet weights in the mirror; paper scale 1.0), 28x28 -> 64x64.
 SHARED_PRESETS = {
     "smoke": dict(vocab_size=800, embedding_dim=16, hidden_units=32, context_words=3, text_users=4,
                   user_max_words=1000, pretrain_epochs=1, pretrain_max_tweets=1500, femnist_pairs=2,
                   image_top_fraction=1.0, image_users=0, image_size=32, text_personal_epochs=1,
-                  image_personal_epochs=5),
+                  image_personal_epochs=5, validation_users=2),
     "default": dict(vocab_size=10000, embedding_dim=64, hidden_units=96, context_words=3, text_users=12,
-                    pretrain_epochs=3, femnist_pairs=0, image_top_fraction=1.0, image_users=0, image_size=64,
+                    pretrain_epochs=12, femnist_pairs=0, image_top_fraction=1.0, image_users=0, image_size=64,
                     text_personal_epochs=2),
     "paper": dict(vocab_size=10000, embedding_dim=400, hidden_units=400, context_words=10, text_users=0,
                   pretrain_epochs=20, image_top_fraction=0.1, image_users=0, mobilenet_alpha=1.0, image_size=224),
@@ -119,6 +129,7 @@ class AutLearnParams(Params):
     femnist_pairs: int = 0             # LEAF train/test file pairs read (0 = all)
     image_top_fraction: float = 0.1
     image_users: int = 0               # a random sample of the top writers (0 = all of them)
+    validation_users: int = 6          # per kind, drawn first from the top fraction; choose the rates, never tested
     personal_train_fraction: float = 0.8  # earlier words of a user train, later ones test (LEAF's -tf 0.8)
     # the LSTM and its pre-training on public text
     vocab_size: int = 10000            # incl. <pad> and <unk>; the paper's 10K most frequent words
@@ -144,12 +155,16 @@ class AutLearnParams(Params):
     image_personal_learning_rate: float = 0.003
     image_personal_epochs: int = 15
     image_personal_batch_size: int = 16
+    # candidates for the on-device rate, chosen on the validation users (the more conservative
+    # first: ties go to it); empty = keep the preset's rate
+    text_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+    image_rate_candidates: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01)
 
     def check(self) -> None:
         for name in ("embedding_dim", "hidden_units", "lstm_layers", "k", "pretrain_epochs", "pretrain_batch_size",
                      "text_personal_batch_size", "image_personal_batch_size"):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
-        for name in ("text_users", "user_max_words", "image_users", "femnist_pairs", "pretrain_max_tweets", "context_words",
+        for name in ("text_users", "user_max_words", "validation_users", "image_users", "femnist_pairs", "pretrain_max_tweets", "context_words",
                      "text_personal_epochs", "image_personal_epochs"):
             self.require(getattr(self, name) >= 0, name, "must be >= 0")
         for name in ("text_top_fraction", "image_top_fraction"):
@@ -164,6 +179,8 @@ class AutLearnParams(Params):
         self.require(self.image_size >= 32, "image_size", "must be at least 32 (MobileNet's smallest input)")
         for name in ("pretrain_learning_rate", "text_personal_learning_rate", "image_personal_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
+        for name in ("text_rate_candidates", "image_rate_candidates"):
+            self.require(all(c > 0 for c in getattr(self, name)), name, "must hold positive learning rates")
         for name in ("text_personal_optimizer", "image_personal_optimizer"):
             self.require(getattr(self, name) in ("sgd", "adam"), name, "must be 'sgd' or 'adam'")
         for name in ("corpus", "sent140_dir", "femnist_dir"):
@@ -171,13 +188,30 @@ class AutLearnParams(Params):
             self.require(not value or Path(value).exists(), name, "must name an existing file or directory, or be empty")
 
 
-def top_users(sizes: dict[str, int], fraction: float, n: int, seed: int, purpose: str) -> tuple[str, ...]:
-    """The ceil(fraction * users) users with the most data (ties by name), then `n` of them drawn at
-    random from their own stream (0 = all), in sorted order."""
+def top_users(sizes: dict[str, int], fraction: float, n: int, n_validation: int, seed: int,
+              purpose: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(test users, validation users): of the ceil(fraction * users) users with the most data (ties
+    by name), `n_validation` drawn at random from their own stream, then `n` of the rest (0 = all
+    of the rest); each in sorted order. The two never overlap."""
     ranked = sorted(sizes, key=lambda u: (-sizes[u], u))[: math.ceil(fraction * len(sizes))]
-    if n and n < len(ranked):
-        ranked = [ranked[i] for i in streams.rng(seed, purpose).choice(len(ranked), n, replace=False)]
-    return tuple(sorted(ranked))
+    if n_validation >= len(ranked):
+        raise ValueError(f"{n_validation} validation users leave no test user among the top {len(ranked)}; "
+                         "lower validation_users or raise the top fraction")
+    order = streams.rng(seed, purpose).permutation(len(ranked))
+    rest = order[n_validation:]
+    if n and n < len(rest):
+        rest = rest[:n]
+    return tuple(sorted(ranked[i] for i in rest)), tuple(sorted(ranked[i] for i in order[:n_validation]))
+
+
+@dataclass
+class Validation:
+    """The validation users of one kind, each with its earlier (training) and later (test) part:
+    they choose hyper-parameters and are never scored as test users nor pooled in the cloud."""
+
+    users: tuple[str, ...]
+    train: dict
+    test: dict
 
 
 # ---- text -------------------------------------------------------------------------------------
@@ -200,13 +234,17 @@ class TextData:
     test_sentences: dict[str, list[list[str]]]
     context_words: int
     all_users: int                         # users in the data set before the top-fraction rule
+    validation_users: tuple[str, ...] = () # their sentences are in train_sentences / test_sentences too
     train: dict[str, Samples] = field(default_factory=dict)
     test: dict[str, Samples] = field(default_factory=dict)
+    validation: Validation | None = None
 
     def __post_init__(self):
+        samples = lambda part, u: build_samples(part[u], self.vocab, self.context_words)
         for u in self.users:
-            self.train[u] = build_samples(self.train_sentences[u], self.vocab, self.context_words)
-            self.test[u] = build_samples(self.test_sentences[u], self.vocab, self.context_words)
+            self.train[u], self.test[u] = samples(self.train_sentences, u), samples(self.test_sentences, u)
+        self.validation = Validation(self.validation_users, {u: samples(self.train_sentences, u) for u in self.validation_users},
+                                     {u: samples(self.test_sentences, u) for u in self.validation_users})
 
     def pooled_train(self) -> Samples:
         """Every user's training sentences as one sample set (what CloudTrain collects)."""
@@ -261,20 +299,22 @@ def load_text(params: AutLearnParams, log=print, speeches=None, tweets=None) -> 
     """The public corpus (vocabulary: its `vocab_size` most frequent words; samples for
     pre-training) and the personal users (top fraction by words, each split by order).
     `speeches` / `tweets` replace the Shakespeare speeches / Sent140 tweets (tests)."""
-    public, held, files = public_sentences(params, tweets)
-    vocab = Vocabulary.from_sentences(public + held, params.vocab_size)
+    public, held_out, files = public_sentences(params, tweets)
+    vocab = Vocabulary.from_sentences(public + held_out, params.vocab_size)
     manifest, users = deeptype_common.read_users(params, speeches)
     sizes = {u: sum(map(len, s)) for u, s in users.items()}
-    chosen = top_users(sizes, params.text_top_fraction, params.text_users, params.seed, "autlearn/text-users")
+    chosen, held = top_users(sizes, params.text_top_fraction, params.text_users, params.validation_users, params.seed,
+                             "autlearn/text-users")
     train, test = {}, {}
-    for u in chosen:
+    for u in chosen + held:
         sents = _first_words(users[u], params.user_max_words)
         train[u], test[u] = split_history(sents, [len(s) for s in sents], params.personal_train_fraction)
     data = TextData(manifest, manifests.load("sent140"), files, vocab, build_samples(public, vocab, params.context_words),
-                    build_samples(held, vocab, params.context_words), chosen, train, test, params.context_words, len(users))
-    log(f"public Sent140: {sum(map(len, public))} + {sum(map(len, held))} held-out words, vocabulary {vocab.size}; "
+                    build_samples(held_out, vocab, params.context_words), chosen, train, test, params.context_words, len(users),
+                    held)
+    log(f"public Sent140: {sum(map(len, public))} + {sum(map(len, held_out))} held-out words, vocabulary {vocab.size}; "
         f"personal: {len(chosen)} of {len(users)} users (top {params.text_top_fraction:.0%} by words"
-        f"{f', {params.text_users} drawn' if params.text_users else ''}), "
+        f"{f', {params.text_users} drawn' if params.text_users else ''}; {len(held)} more for validation), "
         f"{sum(len(s) for s in data.train.values())} training / {sum(len(s) for s in data.test.values())} test words")
     return data
 
@@ -367,6 +407,7 @@ class ImageData:
     train: dict[str, tuple[np.ndarray, np.ndarray]]
     test: dict[str, tuple[np.ndarray, np.ndarray]]
     all_users: int
+    validation: Validation = field(default_factory=lambda: Validation((), {}, {}))
 
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
         """Every writer's training images as one set (what CloudTrain collects)."""
@@ -387,10 +428,12 @@ def load_images(params: AutLearnParams, log=print) -> ImageData:
     (then `image_users` drawn at random when not 0), with LEAF's own split."""
     train, test, files = femnist.load(params.femnist_dir, params.femnist_pairs)
     sizes = {u: len(train[u][1]) + len(test[u][1]) for u in train}
-    chosen = top_users(sizes, params.image_top_fraction, params.image_users, params.seed, "autlearn/image-users")
-    data = ImageData(manifests.load("femnist"), files, chosen, {u: train[u] for u in chosen}, {u: test[u] for u in chosen}, len(train))
-    log(f"FEMNIST: {len(chosen)} of {len(train)} writers, {sum(len(data.train[u][1]) for u in chosen)} training / "
-        f"{sum(len(data.test[u][1]) for u in chosen)} test images")
+    chosen, held = top_users(sizes, params.image_top_fraction, params.image_users, params.validation_users, params.seed,
+                             "autlearn/image-users")
+    data = ImageData(manifests.load("femnist"), files, chosen, {u: train[u] for u in chosen}, {u: test[u] for u in chosen},
+                     len(train), Validation(held, {u: train[u] for u in held}, {u: test[u] for u in held}))
+    log(f"FEMNIST: {len(chosen)} of {len(train)} writers (and {len(held)} for validation), "
+        f"{sum(len(data.train[u][1]) for u in chosen)} training / {sum(len(data.test[u][1]) for u in chosen)} test images")
     return data
 
 
@@ -469,3 +512,49 @@ class PersonalTrainer:
         if self.kind == "image":
             train = (image_features(self.model, train[0]), train[1])
         return self.trainer.fit(train, self.epochs if epochs is None else epochs, self.batch_size, rng)
+
+
+def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, pre: Pretrained,
+                log=print) -> tuple[AutLearnParams, pd.DataFrame]:
+    """AutLearn's on-device learning rate for one kind, chosen on the validation users: each
+    candidate runs the on-device step from the public model on every validation user's earlier
+    part and is scored by the mean top-1 on their later parts (ties: the earlier candidate). The
+    params with the chosen rate, and the table of every candidate's score (with the public model's
+    own score as a reference row, rate 0). No candidates or no validation users: the preset's rate."""
+    name = f"{kind}_personal_learning_rate"
+    candidates, val = getattr(params, f"{kind}_rate_candidates"), data.validation
+    if not candidates or not val.users:
+        log(f"{MODELS_NAME[kind]}: on-device rate {getattr(params, name)} from the preset (nothing to choose on)")
+        return params, pd.DataFrame()
+    score = (lambda m, u: score_text(m, val.test[u], params.k)["top1"]) if kind == "text" else \
+        (lambda m, u: score_image(m, val.test[u])["top1"])
+
+    def mean_top1(candidate: dict) -> float:
+        step = PersonalTrainer(dataclasses.replace(params, **{name: candidate["learning_rate"]}), kind, pre.model)
+        tops = []
+        for u in val.users:
+            step.fit(pre.weights, val.train[u], streams.rng(params.seed, f"validation/{kind}/{u}"))
+            tops.append(score(pre.model, u))
+        return float(np.mean(tops))
+
+    best, table = selection.select([{"learning_rate": c} for c in candidates], mean_top1, log)
+    pre.model.set_weights(pre.weights)
+    reference = float(np.mean([score(pre.model, u) for u in val.users]))
+    # rate 0: no step, the public model itself (for reference; not a candidate)
+    table = pd.concat([table, pd.DataFrame([{"learning_rate": 0.0, "score": reference, "chosen": False}])], ignore_index=True)
+    table = table.rename(columns={"score": "validation mean top-1"}).assign(
+        model=MODELS_NAME[kind], optimizer=getattr(params, f"{kind}_personal_optimizer"), validation_users=len(val.users))
+    log(f"{MODELS_NAME[kind]}: on-device rate {best['learning_rate']} chosen on {len(val.users)} validation users "
+        f"(mean top-1 {table['validation mean top-1'].max():.4f}; public model {reference:.4f})")
+    return dataclasses.replace(params, **{name: best["learning_rate"]}), table
+
+
+def choose_rates(params: AutLearnParams, text: TextData, images: ImageData, pre: dict[str, Pretrained],
+                 log=print) -> tuple[AutLearnParams, pd.DataFrame]:
+    """Both models' on-device rates (`choose_rate` per kind): the params to train users with, and
+    one selection table."""
+    tables = []
+    for kind, data in (("text", text), ("image", images)):
+        params, table = choose_rate(params, kind, data, pre[kind], log)
+        tables.append(table)
+    return params, pd.concat(tables, ignore_index=True)

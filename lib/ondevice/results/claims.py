@@ -103,6 +103,7 @@ def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generato
     idx = rng.integers(0, users, size=(n_boot, users))
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample whose median is 0 yields inf, kept as extreme
         boot = _relative_change(b[:, idx], w[:, idx], statistic)  # (seeds, n_boot, users) -> (n_boot,)
+    boot = np.where(np.isnan(boot), 0.0, boot)  # 0 / 0: a resample where both are 0 has no change
     alpha = (1 - level) / 2
     ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha, 1 - alpha]))
     diff = (b - w).mean(axis=0)
