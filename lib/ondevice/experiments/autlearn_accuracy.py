@@ -43,7 +43,7 @@ from . import autlearn_common as common
 NAME = "autlearn_accuracy"
 PRE, AUT, CLOUD, CUSTOM, FED = "pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"
 METHODS = (PRE, AUT, CLOUD, CUSTOM, FED)
-MODELS = {"text": "LSTM", "image": "MobileNet"}
+MODELS = common.MODEL_NAMES
 
 # The paper gives only relative numbers (Sec. 4.2): normalised here to CloudTrain = 1 per model.
 # Whether its "%" is absolute or relative is not said; we read it as relative to CloudTrain.

@@ -59,7 +59,7 @@ from ..training import selection
 from . import autlearn_common as common
 
 NAME = "autlearn_augment_online"
-MODELS = {"text": "LSTM", "image": "MobileNet"}
+MODELS = common.MODEL_NAMES
 
 PAPER = claims.Paper(
     citation="Xu et al., AutLearn (Journal of Software, in Chinese), Sec. 5: data augmentation and online learning",

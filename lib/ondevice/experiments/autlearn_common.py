@@ -70,7 +70,7 @@ from ..training.trainer import Trainer
 from . import deeptype_common
 
 KINDS = ("text", "image")
-MODELS_NAME = {"text": "LSTM", "image": "MobileNet"}
+MODEL_NAMES = {"text": "LSTM", "image": "MobileNet"}
 LAST_LAYER = {"text": "softmax", "image": mobilenet_v1.HEAD}
 # MobileNet widths with a declared ImageNet weight file (paper: 1.0, declared without a checksum).
 MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_1_0"}
@@ -90,7 +90,7 @@ MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_
 #   validation users from `text_rate_candidates` / `image_rate_candidates` by the notebooks that
 #   train users (`choose_rate`); the preset's rates (SGD 1.0, Adam 0.003) are what the timing
 #   notebook uses and what the notebooks fall back to when the candidates are empty.
-# # - Validation users (`validation_users`, 6 per kind at default) are drawn first from the same
+# - Validation users (`validation_users`, 6 per kind at default) are drawn first from the same
 #   top-10% pool and are never test users: AutLearn's on-device learning rate is chosen on them
 #   (`choose_rate`, the highest mean top-1 on their later parts), never on test users.
 # - Users at default: 12 of the other 131 top-10% Shakespeare roles (CPU budget), the other 99 of
@@ -524,7 +524,7 @@ def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, p
     name = f"{kind}_personal_learning_rate"
     candidates, val = getattr(params, f"{kind}_rate_candidates"), data.validation
     if not candidates or not val.users:
-        log(f"{MODELS_NAME[kind]}: on-device rate {getattr(params, name)} from the preset (nothing to choose on)")
+        log(f"{MODEL_NAMES[kind]}: on-device rate {getattr(params, name)} from the preset (nothing to choose on)")
         return params, pd.DataFrame()
     score = (lambda m, u: score_text(m, val.test[u], params.k)["top1"]) if kind == "text" else \
         (lambda m, u: score_image(m, val.test[u])["top1"])
@@ -543,9 +543,9 @@ def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, p
     # rate 0: no step, the public model itself (for reference; not a candidate)
     table = pd.concat([table, pd.DataFrame([{"learning_rate": 0.0, "score": reference, "chosen": False}])], ignore_index=True)
     table = table.rename(columns={"score": "validation mean top-1"}).assign(
-        model=MODELS_NAME[kind], optimizer=getattr(params, f"{kind}_personal_optimizer"), validation_users=len(val.users))
-    log(f"{MODELS_NAME[kind]}: on-device rate {best['learning_rate']} chosen on {len(val.users)} validation users "
-        f"(mean top-1 {table['validation mean top-1'].max():.4f}; public model {reference:.4f})")
+        model=MODEL_NAMES[kind], optimizer=getattr(params, f"{kind}_personal_optimizer"), validation_users=len(val.users))
+    log(f"{MODEL_NAMES[kind]}: on-device rate {best['learning_rate']} chosen on {len(val.users)} validation users "
+        f"(mean top-1 {table.loc[table.chosen, 'validation mean top-1'].iloc[0]:.4f}; public model {reference:.4f})")
     return dataclasses.replace(params, **{name: best["learning_rate"]}), table
 
 

@@ -58,7 +58,7 @@ from ..training.trainer import Trainer, make_optimizer, seed_everything, train_s
 from . import autlearn_common as common
 
 NAME = "autlearn_cost"
-MODELS = {"text": "LSTM", "image": "MobileNet"}
+MODELS = common.MODEL_NAMES
 PATHS = ("tensorflow", "xla", "tflite")
 BASELINE_GOVERNOR = "performance"
 
