@@ -157,8 +157,8 @@ class AutLearnParams(Params):
     image_personal_batch_size: int = 16
     # candidates for the on-device rate, chosen on the validation users (the more conservative
     # first: ties go to it); empty = keep the preset's rate
-    text_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
-    image_rate_candidates: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01)
+    text_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+    image_rate_candidates: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
 
     def check(self) -> None:
         for name in ("embedding_dim", "hidden_units", "lstm_layers", "k", "pretrain_epochs", "pretrain_batch_size",
