@@ -88,8 +88,10 @@ MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_
 #   batch 16, 15 epochs (a fresh head over 62 classes needs many small steps; the paper's phones
 #   used batch 1 for memory, which changes time, not what is learnt). The rates are chosen on the
 #   validation users from `text_rate_candidates` / `image_rate_candidates` by the notebooks that
-#   train users (`choose_rate`); the preset's rates (SGD 1.0, Adam 0.003) are what the timing
-#   notebook uses and what the notebooks fall back to when the candidates are empty.
+#   train users (`choose_rate`). The default preset holds the rates that choice gave at default
+#   (SGD 0.1 of 0.01-3, Adam 0.03 of 0.0003-0.1; results/default/autlearn_accuracy/tables/
+#   rate_selection.csv): the timing notebook uses them, and every notebook falls back to them
+#   when the candidates are empty.
 # - Validation users (`validation_users`, 6 per kind at default) are drawn first from the same
 #   top-10% pool and are never test users: AutLearn's on-device learning rate is chosen on them
 #   (`choose_rate`, the highest mean top-1 on their later parts), never on test users.
@@ -103,7 +105,7 @@ SHARED_PRESETS = {
                   image_personal_epochs=5, validation_users=2),
     "default": dict(vocab_size=10000, embedding_dim=64, hidden_units=96, context_words=3, text_users=12,
                     pretrain_epochs=12, femnist_pairs=0, image_top_fraction=1.0, image_users=0, image_size=64,
-                    text_personal_epochs=2),
+                    text_personal_epochs=2, text_personal_learning_rate=0.1, image_personal_learning_rate=0.03),
     "paper": dict(vocab_size=10000, embedding_dim=400, hidden_units=400, context_words=10, text_users=0,
                   pretrain_epochs=20, image_top_fraction=0.1, image_users=0, mobilenet_alpha=1.0, image_size=224),
 }
