@@ -42,7 +42,7 @@ setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, 
 data: setup apt-lists ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
 	$(PY) -m ondevice.data --scale $(SCALE) $(if $(REFETCH),--refetch)
 
-RUNNER = $(PY) -m ondevice.results.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+RUNNER = $(PY) -m ondevice.report.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
 
 reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/; numbers beside the published ones
 	$(RUNNER)
@@ -75,13 +75,13 @@ apt-lists:
 	echo "[data] apt-get update (package lists for apt-get download)"; $$sudo apt-get update -qq
 
 export: data ## write every personal model as a trainable .tflite, a user data file and manifest.json to results/SCALE/export/
-	$(PY) -m ondevice.device.export --scale $(SCALE)
+	$(PY) -m ondevice.papers.deeptype.export --scale $(SCALE)
 
 bench: setup ## print step-time ratios, TFLite vs TF, reuse latency and achieved vs GEMM FLOP/s (not a test)
-	$(PY) -m ondevice.device.bench
+	$(PY) -m ondevice.papers.deeptype.bench
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
-	$(PY) -m ondevice.results.publish --scale $(SCALE) --out site/$(SCALE)
+	$(PY) -m ondevice.report.publish --scale $(SCALE) --out site/$(SCALE)
 
 lab: setup ## start JupyterLab with the suite's kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=. --IdentityProvider.token="$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}" $(if $(filter 0,$(shell id -u)),--allow-root)

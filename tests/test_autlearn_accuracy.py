@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
-from ondevice.experiments import autlearn_accuracy as exp
+from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.techniques.autlearn.fedavg import average, fedavg
+from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.training.trainer import Trainer
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ondevice.data.wordnet import WordNet
-from ondevice.techniques.autlearn import eda as eda_mod
-from ondevice.techniques.autlearn.eda import EDA, augment_corpus
-from ondevice.techniques.autlearn.image_augment import ImageAugmenter, augment_images
+from ondevice.papers.autlearn.techniques import eda as eda_mod
+from ondevice.papers.autlearn.techniques.eda import EDA, augment_corpus
+from ondevice.papers.autlearn.techniques.image_augment import ImageAugmenter, augment_images
 
 HEADER = ["  1 This is a fixture in the format of WordNet 3.0's database files.  ",
           "  2 WordNet 3.0 Copyright 2006 by Princeton University.  All rights reserved.  "]
@@ -226,8 +226,8 @@ def classifier():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifier, optimizer):
-    from ondevice.techniques.deeptype.fine_tune import FineTune
-    from ondevice.techniques.deeptype.inference_reuse import OnlineTrainer
+    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
     from ondevice.training.trainer import Trainer
 
     model, task, x, y = classifier
@@ -252,8 +252,8 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
 
 
 def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
-    from ondevice.experiments.autlearn_augment_online import stream_pass
-    from ondevice.techniques.deeptype.inference_reuse import OnlineTrainer
+    from ondevice.papers.autlearn.experiments.autlearn_augment_online import stream_pass
+    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 
     model, task, x, y = classifier
     start = model.get_weights()

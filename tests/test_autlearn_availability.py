@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ondevice.device import availability as av
-from ondevice.device import export as device_export
+from ondevice.papers.deeptype import export as device_export
 from ondevice.device import tflite
-from ondevice.experiments import autlearn_availability as ex
+from ondevice.papers.autlearn.experiments import autlearn_availability as ex
 from ondevice.models import lstm_lm
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask

@@ -5,7 +5,7 @@ import pytest
 import tf_keras as keras
 
 from ondevice.models import lstm_lm
-from ondevice.techniques.autlearn import pruning
+from ondevice.papers.autlearn.techniques import pruning
 
 
 def small_lstm(seed=0):
@@ -103,7 +103,7 @@ def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
 
 
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():
-    from ondevice.experiments import autlearn_cost as exp
+    from ondevice.papers.autlearn.experiments import autlearn_cost as exp
 
     params = exp.Params.for_scale("smoke", 0)
     start = small_lstm(seed=3).get_weights()
@@ -121,7 +121,7 @@ def test_compiler_paths_give_the_same_loss_for_the_same_steps():
 
 
 def test_bad_parameters_name_the_parameter():
-    from ondevice.experiments import autlearn_cost as exp
+    from ondevice.papers.autlearn.experiments import autlearn_cost as exp
     from ondevice.params import ParameterError
 
     with pytest.raises(ParameterError, match="governors"):

@@ -8,7 +8,7 @@ import pytest
 from ondevice import streams
 from ondevice.data import femnist, manifests, sent140, shakespeare
 from ondevice.data.shakespeare import Speech
-from ondevice.experiments import autlearn_common as common
+from ondevice.papers.autlearn import common
 from ondevice.training.trainer import Trainer
 
 

@@ -3,8 +3,8 @@ DeepType corpus built from it: same users and split as the crowd's, its own voca
 import pytest
 
 from ondevice.data import bible, manifests, user_text
-from ondevice.experiments import deeptype_common as common
-from ondevice.experiments.deeptype_top3eff import Params
+from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
 
 
 def test_manifest_declares_a_verified_pypi_sdist():

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.results import claims
+from ondevice.report import claims
 
 PAPER = claims.Paper("someone 2018", (claims.PaperNumber("before", 0.5, "T1"), claims.PaperNumber("after", 0.6, "T1")),
                      (claims.Effect("training helps", "after", "before"),))

@@ -6,13 +6,14 @@ import pytest
 import tensorflow as tf
 
 from ondevice.data import places
-from ondevice.experiments import colla, colla_common as common
+from ondevice.papers.colla.experiments import colla
+from ondevice.papers.colla import common
 from ondevice.models import mrnn
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.techniques.colla import grouping
-from ondevice.techniques.colla.boundary import Boundary, Download, Upload
-from ondevice.techniques.colla.cloud_update import ClientEnsemble
-from ondevice.techniques.colla.distillation import CloudTeacher, DistillationHook, FullTeacher
+from ondevice.papers.colla.techniques import grouping
+from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
+from ondevice.papers.colla.techniques.cloud_update import ClientEnsemble
+from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook, FullTeacher
 from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer
 

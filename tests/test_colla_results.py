@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.experiments import colla, colla_cost
+from ondevice.papers.colla.experiments import colla, colla_cost
 
 COORDINATE_NAME = re.compile(r"lat|lng|lon|coord|geohash|cell|trajector|point", re.I)
 # GeoLife's points lie mostly in and around Beijing; a non-integer value in these ranges could

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.experiments import deeptype_data_size as exp
+from ondevice.papers.deeptype.experiments import deeptype_data_size as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache

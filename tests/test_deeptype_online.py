@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from ondevice.data.typing_samples import build_samples
-from ondevice.experiments import deeptype_online as exp
+from ondevice.papers.deeptype.experiments import deeptype_online as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
 

@@ -4,8 +4,8 @@ from the same global weights and sees the same batches."""
 import numpy as np
 import pytest
 
-from ondevice.experiments import deeptype_common as common
-from ondevice.experiments import deeptype_personal_data as exp
+from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
 from ondevice.params import ParameterError
 
 

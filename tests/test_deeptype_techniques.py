@@ -8,10 +8,10 @@ from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_sampl
 from ondevice.device import tflite
 from ondevice.models import lstm_lm
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.techniques.deeptype import bucketing as bk
-from ondevice.techniques.deeptype import svd_compression as svd
-from ondevice.techniques.deeptype import vocab_compression as vc
-from ondevice.techniques.deeptype.fine_tune import FineTune
+from ondevice.papers.deeptype.techniques import bucketing as bk
+from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.papers.deeptype.techniques import vocab_compression as vc
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.training.trainer import Trainer
 
 TEXT = ("to be or not to be that is the question. whether tis nobler in the mind to suffer the slings "
@@ -149,9 +149,9 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
 
 
 def test_experiment_reuses_d3_global_models_and_cuts_samples(setup):
-    from ondevice.experiments import deeptype_common as common
-    from ondevice.experiments import deeptype_ondevice_opt as opt
-    from ondevice.experiments import deeptype_top3eff as d3
+    from ondevice.papers.deeptype import common
+    from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt
+    from ondevice.papers.deeptype.experiments import deeptype_top3eff as d3
 
     for scale in ("smoke", "default"):
         a, b = opt.Params.for_scale(scale), d3.Params.for_scale(scale)

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.experiments import deeptype_top3eff as exp
+from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from ondevice.data.typing_samples import UNK_ID, Vocabulary, build_samples, sent
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.techniques.deeptype import dynamic_vocab as dv
-from ondevice.techniques.deeptype.incremental import personalize
+from ondevice.papers.deeptype.techniques import dynamic_vocab as dv
+from ondevice.papers.deeptype.techniques.incremental import personalize
 from ondevice.training.trainer import Trainer
 
 # crowd counts: the 6, king 5, queen 4, sword 3, crown 2, ghost 1 (ids 2..7 in that order)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.experiments import energy_governors as exp
+from ondevice.papers.deeptype.experiments import energy_governors as exp
 from ondevice.params import ParameterError
 from test_energy_governors import make_tree, settings
 from test_energy_rapl import make_powercap

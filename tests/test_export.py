@@ -12,11 +12,12 @@ import tf_keras as keras
 
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
-from ondevice.device import export, tflite, tflite_reuse
+from ondevice.papers.deeptype import export
+from ondevice.device import tflite, tflite_reuse
 from ondevice.models import lstm_lm
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.techniques.deeptype import inference_reuse
+from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.training.trainer import seed_everything
 
 

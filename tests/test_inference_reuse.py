@@ -7,8 +7,8 @@ from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.techniques.deeptype import inference_reuse
-from ondevice.techniques.deeptype.fine_tune import FineTune
+from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 
@@ -83,7 +83,7 @@ def test_flops_without_reuse_grow_with_the_lstm_and_with_reuse_do_not(setup):
 
 
 def test_online_latency_parameters_are_checked():
-    from ondevice.experiments import deeptype_online_latency as exp
+    from ondevice.papers.deeptype.experiments import deeptype_online_latency as exp
 
     assert exp.Params.for_scale("smoke").lengths == (2, 10, 20, 30)
     with pytest.raises(ParameterError, match="lengths"):

@@ -34,7 +34,7 @@ def start_runner(tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading
     sleepy_notebook(notebooks / "sleepy.ipynb")
     env = {**os.environ, "ONDEVICE_RESULTS": str(tmp_path / "results"), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ondevice.results.runner", "--scale", "smoke", "--notebooks-dir", str(notebooks)],
+        [sys.executable, "-m", "ondevice.report.runner", "--scale", "smoke", "--notebooks-dir", str(notebooks)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     lines, started = [], threading.Event()

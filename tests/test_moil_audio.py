@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ondevice.data import manifests
-from ondevice.experiments import moil_audio as exp
+from ondevice.papers.moil.experiments import moil_audio as exp
 from ondevice.models import yamnet
 from ondevice.params import ParameterError
 

@@ -11,7 +11,7 @@ import yaml
 
 from ondevice.data import digits, fashion_mnist, manifests
 from ondevice.data.manifests import DataError
-from ondevice.experiments import moil_image as exp
+from ondevice.papers.moil.experiments import moil_image as exp
 from ondevice.params import ParameterError
 
 

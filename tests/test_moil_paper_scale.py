@@ -12,8 +12,8 @@ import tf_keras as keras
 
 from ondevice.data import image_folders
 from ondevice.data.manifests import DataError
-from ondevice.experiments import moil_audio
-from ondevice.experiments import moil_image as exp
+from ondevice.papers.moil.experiments import moil_audio
+from ondevice.papers.moil.experiments import moil_image as exp
 from ondevice.models import mobilenet_v2, yamnet
 
 SIZE, WIDTH = 32, 0.35

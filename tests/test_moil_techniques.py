@@ -6,9 +6,9 @@ import pytest
 
 from ondevice.models import mobilenet_v2 as mv
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.techniques.moil import feature_cache as fc
-from ondevice.techniques.moil import gdm
-from ondevice.techniques.moil import layer_freezing as lf
+from ondevice.papers.moil.techniques import feature_cache as fc
+from ondevice.papers.moil.techniques import gdm
+from ondevice.papers.moil.techniques import layer_freezing as lf
 from ondevice.training.trainer import Trainer, seed_everything
 
 SIZE, CLASSES, WIDTH = 32, 6, 0.35

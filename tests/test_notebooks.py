@@ -13,9 +13,9 @@ from pytest_notebook.nb_regression import NBRegressionFixture
 from pytest_notebook.post_processors import coalesce_streams
 
 from ondevice import REPO_ROOT
-from ondevice.results import runner as reproduce
+from ondevice.report import runner as reproduce
 
-NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").rglob("*.ipynb"), key=lambda p: p.stem)
 TIMING = re.compile(r"second|time", re.I)
 
 pytestmark = pytest.mark.notebook

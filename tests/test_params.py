@@ -1,6 +1,6 @@
 import pytest
 
-from ondevice.experiments import deeptype_top3eff as exp
+from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 from ondevice.params import ParameterError
 
 

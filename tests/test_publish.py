@@ -15,8 +15,8 @@ import nbformat
 import pytest
 from PIL import Image, ImageDraw, ImageStat
 
-from ondevice.results import publish
-from ondevice.results.claims import percent
+from ondevice.report import publish
+from ondevice.report.claims import percent
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "results" / "default"

@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from ondevice.results import record
+from ondevice.report import record
 
 
 def test_save_writes_everything_and_leaves_no_temporary_files(tmp_path):

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from ondevice import REPO_ROOT
-from ondevice.results import provenance, runner
+from ondevice.report import provenance, runner
 
 
 def headline(value, tolerance=None, resolution=0.0):
@@ -195,15 +195,15 @@ def test_completion_marker_is_git_ignored():
 # --- which files a notebook's results depend on -------------------------------------------------
 
 def test_code_files_of_the_deeptype_notebook():
-    notebook = REPO_ROOT / "notebooks" / "deeptype_top3eff.ipynb"
+    notebook = REPO_ROOT / "notebooks" / "deeptype" / "deeptype_top3eff.ipynb"
     files = {p.relative_to(REPO_ROOT).as_posix() for p in provenance.code_files(notebook)}
-    assert {"lib/ondevice/__init__.py", "lib/ondevice/experiments/__init__.py",
-            "lib/ondevice/experiments/deeptype_top3eff.py", "lib/ondevice/params.py",
+    assert {"lib/ondevice/__init__.py", "lib/ondevice/papers/deeptype/experiments/__init__.py",
+            "lib/ondevice/papers/deeptype/experiments/deeptype_top3eff.py", "lib/ondevice/params.py",
             "data_manifests/shakespeare.yaml", "requirements.lock", "pyproject.toml"} <= files
-    assert "lib/ondevice/results/runner.py" not in files and "lib/ondevice/data/__main__.py" not in files
-    experiment = REPO_ROOT / "lib" / "ondevice" / "experiments" / "deeptype_top3eff.py"
-    assert set(provenance.module_files("ondevice.experiments.deeptype_top3eff")) <= set(provenance.code_files(notebook))
-    assert experiment in provenance.module_files("ondevice.experiments.deeptype_top3eff")
+    assert "lib/ondevice/report/runner.py" not in files and "lib/ondevice/data/__main__.py" not in files
+    experiment = REPO_ROOT / "lib" / "ondevice" / "papers" / "deeptype" / "experiments" / "deeptype_top3eff.py"
+    assert set(provenance.module_files("ondevice.papers.deeptype.experiments.deeptype_top3eff")) <= set(provenance.code_files(notebook))
+    assert experiment in provenance.module_files("ondevice.papers.deeptype.experiments.deeptype_top3eff")
 
 
 def write(path: Path, text: str) -> None:
@@ -283,7 +283,7 @@ def test_environment_takes_the_dirty_flag_from_the_notebooks_code(monkeypatch):
     fake_tf = types.SimpleNamespace(config=types.SimpleNamespace(list_physical_devices=lambda kind: []))
     monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
     env = provenance.environment("deeptype_top3eff")
-    notebook = REPO_ROOT / "notebooks" / "deeptype_top3eff.ipynb"
+    notebook = REPO_ROOT / "notebooks" / "deeptype" / "deeptype_top3eff.ipynb"
     assert seen[-1] == [notebook, *provenance.code_files(notebook)]
     provenance.environment("no_such_notebook")
     assert seen[-1] is None  # falls back to CODE_PATHS

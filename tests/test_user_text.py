@@ -6,7 +6,7 @@ import pytest
 
 from ondevice.data import user_text
 from ondevice.data.manifests import DataError
-from ondevice.experiments import deeptype_common as common
+from ondevice.papers.deeptype import common
 from ondevice.params import ParameterError
 
 
@@ -83,6 +83,6 @@ def test_a_deeptype_corpus_from_a_user_file(speeches, tmp_path):
 
 
 def _params(**overrides):
-    from ondevice.experiments.deeptype_top3eff import Params
+    from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
 
     return Params.for_scale("smoke", **overrides)

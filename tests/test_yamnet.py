@@ -8,7 +8,7 @@ import tf_keras as keras
 from ondevice.data import audio_features, esc50, manifests
 from ondevice.device.tflite import interpreter
 from ondevice.models import yamnet
-from ondevice.techniques.moil import layer_freezing
+from ondevice.papers.moil.techniques import layer_freezing
 
 
 @pytest.fixture(scope="module")

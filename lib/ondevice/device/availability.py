@@ -34,7 +34,7 @@ from scipy.optimize import nnls
 
 from ..data import manifests
 from ..models.lstm_lm import LSTMConfig
-from . import export as device_export
+from ondevice.papers.deeptype import export as device_export
 from . import tflite
 
 MANIFEST = "flash_device_times"

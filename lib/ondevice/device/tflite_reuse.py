@@ -21,8 +21,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from ..tasks import Task
-from ..techniques.deeptype import inference_reuse
-from ..techniques.deeptype.fine_tune import FineTune
+from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from . import tflite
 from .tflite import TrainableModel
 

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from .. import REPO_ROOT
-from ..results.provenance import ENVIRONMENT_FILES, module_files
-from ..results.record import atomic_write
+from ondevice.report.provenance import ENVIRONMENT_FILES, module_files
+from ondevice.report.record import atomic_write
 from ..training.model_cache import code_digest
 
 

@@ -1,1 +1,0 @@
-"""One module per notebook: a Params dataclass with presets, PAPER numbers, and run()."""

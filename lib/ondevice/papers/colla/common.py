@@ -1,0 +1,331 @@
+"""What both Colla notebooks share: GeoLife devices and their next-place samples, the heavy cloud
+model trained on the cloud's initial data (stage 1, bootstrapping) and its compression into the
+small device model (stage 2, first pull), both cached, and the device-side training routine.
+
+Devices are GeoLife users. The first `bootstrap_days` days with data of every device are the
+cloud's initial data (the paper: the first month of the same devices); each later block of
+`cycle_days` days is one update cycle: a device trains on the cycle's data and is tested on the
+next cycle's, as in the paper's Sec. 5.1.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+from scipy.special import log_softmax
+
+from ondevice import streams
+from ondevice.data import geolife, manifests, places
+from ondevice.models import mrnn
+from ondevice.params import ParameterError, Params
+from ondevice.report import provenance
+from ondevice.tasks.classification import ClassificationTask
+from ondevice.papers.colla.techniques.distillation import DistillationHook, FullTeacher
+from ondevice.training import model_cache
+from ondevice.training.trainer import Trainer, seed_everything
+
+DATASET = "geolife"
+PAPER_CITATION = ("Lu, Shu, Liu, et al., Collaborative Learning between Cloud and End Devices: An Empirical Study "
+                  "on Location Prediction (Colla), SEC 2019")
+TRAINING_CODE = ("ondevice.training.trainer", "ondevice.tasks.classification", "ondevice.models.mrnn",
+                 "ondevice.papers.colla.techniques.distillation", "ondevice.streams")
+LIMITED_DEVICES = ("With {n} devices, CDFs over devices are coarse and model grouping has few models to "
+                   "cluster; the paper's top-100 devices (and GeoLife's 182 users at the `paper` scale) are "
+                   "where the spread over devices and the choice of K mean much.")
+
+
+@dataclass(frozen=True)
+class CollaParams(Params):
+    """Fields both Colla notebooks have (the paper's values where it gives them)."""
+
+    users: int = 0                  # devices: the first n GeoLife users by id (0 = every user found)
+    cell_m: float = 1000.0          # place grid (see data/places.py)
+    min_place_bins: int = 3
+    history: int = 6                # steps per sample
+    bootstrap_days: int = 10        # days with data of the cloud's initial data (paper: one month)
+    cycle_days: int = 10            # days with data per update cycle (paper: 20 days)
+    cycles: int = 3                 # update cycles (paper: 3)
+    cloud_embedding: int = 32       # heavy cloud model (paper: 32 / 128)
+    cloud_hidden: int = 128
+    device_embedding: int = 4       # light device model (paper: 4 / 16)
+    device_hidden: int = 16
+    device_slots: int = 96          # capacity of the customised FC (places a device can hold)
+    lam: float = 0.5                # lambda_d = lambda_c (paper: 0.5)
+    learning_rate: float = 0.01     # Adam (paper: 0.1, see README)
+    batch_size: int = 32            # paper: 32
+    cloud_epochs: int = 30          # bootstrapping the cloud model
+    pull_epochs: int = 30           # first pull: distilling the cloud model into the small one
+    client_max_epochs: int = 50     # client update, with early stopping
+    patience: int = 20              # epochs without a lower validation loss (paper: 20)
+    validation_fraction: float = 0.2  # the latest part of a cycle's data, for early stopping (paper 16:4)
+    cloud_update_epochs: int = 3    # cloud distillation per update
+    seeds: int = 1
+
+    def check(self) -> None:
+        for name in ("history", "bootstrap_days", "cycle_days", "cycles", "cloud_embedding", "cloud_hidden",
+                     "device_embedding", "device_hidden", "device_slots", "batch_size", "cloud_epochs",
+                     "pull_epochs", "client_max_epochs", "patience", "cloud_update_epochs", "seeds", "min_place_bins"):
+            self.require(getattr(self, name) >= 1, name, "must be at least 1")
+        self.require(self.users == 0 or self.users >= 2, "users", "must be 0 (all) or at least 2")
+        self.require(self.cell_m > 0, "cell_m", "must be positive")
+        self.require(0 <= self.lam <= 1, "lam", "must be in [0, 1]")
+        self.require(self.learning_rate > 0, "learning_rate", "must be positive")
+        self.require(0 < self.validation_fraction < 1, "validation_fraction", "must be in (0, 1)")
+
+    @property
+    def seed_list(self) -> list[int]:
+        return [self.seed + i for i in range(self.seeds)]
+
+    def place_rule(self) -> places.PlaceRule:
+        return places.PlaceRule(cell_m=self.cell_m, min_place_bins=self.min_place_bins, history=self.history,
+                                bootstrap_days=self.bootstrap_days, cycle_days=self.cycle_days, cycles=self.cycles)
+
+    def cloud_config(self, places_: int) -> mrnn.MRNNConfig:
+        return mrnn.MRNNConfig(places_, places_, self.cloud_embedding, self.cloud_hidden, self.history)
+
+    def device_config(self, places_: int, customised: bool = True) -> mrnn.MRNNConfig:
+        """The small model: customised (switchable slots) or with an FC over every place."""
+        return mrnn.MRNNConfig(places_, self.device_slots if customised else places_, self.device_embedding,
+                               self.device_hidden, self.history, slots=customised)
+
+
+@dataclass
+class Devices:
+    """The devices' samples (private to each device) and what the runs record about the data."""
+
+    data: places.PlaceData
+    files: pd.DataFrame              # per user: files, bytes, digest, verified (no points)
+    source: str                      # where the release was read
+
+    @property
+    def uids(self) -> list[str]:
+        return sorted(self.data.devices)
+
+    @property
+    def places(self) -> int:
+        return self.data.vocabulary_size
+
+    def cloud_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The cloud's initial data: part 0 of every device (stage 1)."""
+        parts = [self.data.devices[u].take([0]) for u in self.uids]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for u in self.uids:
+            h.update(u.encode() + self.data.devices[u].digest_source)
+        return h.hexdigest()
+
+    def summary(self) -> dict:
+        """run.json's data entry: the release and one checksum per device's files."""
+        m = manifests.load(DATASET)
+        return {"name": m.name, "license": m.license, "stand_in_for": None, "source": self.source,
+                "artifacts": [{"file": f"Data/{r.uid} ({r.files} .plt files)", "sha256": r.sha256, "size": int(r.bytes),
+                               "verified_against_manifest": bool(r.verified)} for r in self.files.itertuples()]}
+
+    def table(self) -> pd.DataFrame:
+        """Aggregate counts per part, plus devices and places: nothing per device or per place."""
+        summary = self.data.summary()
+        summary.attrs.update(devices=len(self.uids), excluded=len(self.data.excluded), places=self.places)
+        return summary
+
+
+def load_devices(params: CollaParams, log=print) -> Devices:
+    """Read the GeoLife release (mirror, cache, or the official zip at paper scale), verify each
+    user's files against the manifest, and build every device's samples."""
+    release = geolife.fetch_release(download=params.scale == "paper")
+    found = release.users()
+    users = found if params.users == 0 else found[: params.users]
+    if len(users) < max(params.users, 2):
+        raise ParameterError(f"parameter 'users' asks for {params.users} devices, but {release.data_dir} has {len(found)}")
+    files = pd.DataFrame([release.verify_user(u) for u in users])
+    data = places.build({u: release.points(u) for u in users}, params.place_rule())
+    if len(data.devices) < 2:
+        raise ParameterError(f"only {len(data.devices)} of {len(users)} users have the {data.rule.days_needed} days "
+                             "with data that bootstrap_days + (cycles + 1) * cycle_days need")
+    log(f"{len(users)} GeoLife users read from {release.data_dir}; {len(data.devices)} devices with at least "
+        f"{data.rule.days_needed} days with data; {data.vocabulary_size} places (incl. 'elsewhere')")
+    return Devices(data, files, str(release.data_dir))
+
+
+def location_task(params: CollaParams, outputs: int) -> ClassificationTask:
+    return ClassificationTask((params.history, len(places.FEATURES)), outputs, input_dtype=tf.int32)
+
+
+def _code(*functions) -> str:
+    files = [f for m in TRAINING_CODE for f in provenance.module_files(m)]
+    return model_cache.code_digest(files, extra="".join(inspect.getsource(f) for f in functions))
+
+
+# Data, model and bootstrap fields per scale, shared by both notebooks so they share cached models.
+SHARED_PRESETS = {
+    # the first 5 users, short cycles, a small cloud model and small budgets: about a minute
+    "smoke": dict(users=5, bootstrap_days=6, cycle_days=4, cycles=2, cloud_embedding=8, cloud_hidden=32,
+                  cloud_epochs=4, pull_epochs=4, client_max_epochs=4, patience=2, cloud_update_epochs=1),
+    # the 45 users of the mirror: 6 + 4 x 5 = 26 days with data, which every one of them has
+    "default": dict(bootstrap_days=6, cycle_days=5, cycles=3, cloud_epochs=30, pull_epochs=30,
+                    client_max_epochs=30, patience=5, cloud_update_epochs=2),
+    # every GeoLife user with 50 days with data (the paper's 30 + 3 x 20 calendar days would leave
+    # few GeoLife users), the paper's patience
+    "paper": dict(bootstrap_days=10, cycle_days=10, cycles=3, cloud_epochs=200, pull_epochs=200,
+                  client_max_epochs=200, patience=20, cloud_update_epochs=5),
+}
+
+
+def presets(extra: dict[str, dict]) -> dict[str, dict]:
+    return {scale: {**SHARED_PRESETS[scale], **extra.get(scale, {})} for scale in SHARED_PRESETS}
+
+
+CLOUD_FIELDS = ("cell_m", "min_place_bins", "history", "bootstrap_days", "cycle_days", "cycles", "users",
+                "cloud_embedding", "cloud_hidden", "learning_rate", "batch_size", "cloud_epochs", "patience",
+                "validation_fraction")
+PULL_FIELDS = CLOUD_FIELDS + ("device_embedding", "device_hidden", "pull_epochs", "lam")
+
+
+def cloud_bootstrap(params: CollaParams, devices: Devices, seed: int, log=print) -> model_cache.Entry:
+    """Stage 1: the heavy cloud model trained on the cloud's initial data (model cache)."""
+    def train():
+        train, val = split_random(*devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation"))
+        model = mrnn.build(params.cloud_config(devices.places), streams.tf_seed(seed, "init/cloud"))
+        trainer = Trainer(model, location_task(params, devices.places), params.learning_rate)
+        weights, history = fit_early_stopping(trainer, model.get_weights(), train, val, params,
+                                              streams.rng(seed, "batches/cloud"), params.cloud_epochs)
+        log(f"cloud bootstrap (seed {seed}): {len(history)} epochs, best validation loss "
+            f"{min(h['validation_loss'] for h in history):.3f}")
+        return weights, {"history": history}
+
+    fields = {name: getattr(params, name) for name in CLOUD_FIELDS} | {"seed": seed}
+    return model_cache.load_or_train("colla_cloud", fields, [devices.digest()], _code(cloud_bootstrap), train, log)
+
+
+def first_pull(params: CollaParams, devices: Devices, cloud: model_cache.Entry, seed: int, log=print) -> model_cache.Entry:
+    """Stage 2: the cloud compresses its model into the small one by distillation on its own data
+    (Eq. 2 with the cloud model as teacher); every new device starts from it (model cache)."""
+    def train():
+        train, val = split_random(*devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation"))
+        teacher = mrnn.build(params.cloud_config(devices.places), 0)
+        teacher.set_weights(cloud.weights)
+        small = mrnn.build(params.device_config(devices.places, customised=False), streams.tf_seed(seed, "init/pull"))
+        trainer = Trainer(small, location_task(params, devices.places), params.learning_rate,
+                          hooks=[DistillationHook(FullTeacher(teacher), params.lam)])
+        weights, history = fit_early_stopping(trainer, small.get_weights(), train, val, params,
+                                              streams.rng(seed, "batches/pull"), params.pull_epochs)
+        log(f"first pull (seed {seed}): {len(history)} epochs, best validation loss "
+            f"{min(h['validation_loss'] for h in history):.3f}")
+        return weights, {"history": history}
+
+    fields = {name: getattr(params, name) for name in PULL_FIELDS} | {"seed": seed, "cloud": cloud.key}
+    return model_cache.load_or_train("colla_pull", fields, [devices.digest()], _code(first_pull), train, log)
+
+
+@dataclass
+class Bootstrapped:
+    """Per seed: the cloud model (stage 1) and the compressed small model (stage 2)."""
+
+    cloud: dict[int, model_cache.Entry]
+    pull: dict[int, model_cache.Entry]
+
+    def history(self) -> pd.DataFrame:
+        rows = [{"stage": stage, "seed": s, **h} for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
+                for s, e in entries.items() for h in e.info["history"]]
+        return pd.DataFrame(rows)
+
+    def cache(self) -> pd.DataFrame:
+        return pd.DataFrame([{"stage": stage, "seed": s, "from_cache": e.hit, "train_seconds": e.info["train_seconds"],
+                              "key": e.key[:16]} for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
+                             for s, e in entries.items()])
+
+
+def bootstrap(params: CollaParams, devices: Devices, log=print) -> Bootstrapped:
+    seed_everything(params.seed)
+    cloud = {s: cloud_bootstrap(params, devices, s, log) for s in params.seed_list}
+    pull = {s: first_pull(params, devices, cloud[s], s, log) for s in params.seed_list}
+    return Bootstrapped(cloud, pull)
+
+
+# --- the device side: slots of the customised FC and one client update --------------------------
+
+def customise(small_weights: list[np.ndarray], template: list[np.ndarray]) -> list[np.ndarray]:
+    """A device model from the compressed small model: its embeddings and LSTM, and a customised
+    FC (the template's initial values) with every slot off until the device has places."""
+    return [w.copy() for w in small_weights[:-2]] + [template[-3].copy(), template[-2].copy(),
+                                                      np.zeros_like(template[-1])]
+
+
+def grow(weights: list[np.ndarray], slot_places: np.ndarray, labels: np.ndarray,
+         columns: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """The customised FC grows: each new place of `labels` (in order of appearance) takes the next
+    free slot and is switched on; with `columns` (the FC kernel and bias over every place of the
+    pulled small model) the slot starts from that place's column, else from its initial values.
+    Places beyond the capacity stay unpredictable."""
+    slot_places, weights = slot_places.copy(), [w.copy() for w in weights]
+    known = set(slot_places[slot_places >= 0].tolist())
+    free = list(np.nonzero(slot_places < 0)[0])
+    for place in dict.fromkeys(labels.tolist()):
+        if place in known or not free:
+            continue
+        slot = free.pop(0)
+        slot_places[slot] = place
+        known.add(place)
+        if columns is not None:
+            weights[-3][:, slot], weights[-2][slot] = columns[0][:, place], columns[1][place]
+    weights[-1] = (slot_places >= 0).astype(np.float32)
+    return weights, slot_places
+
+
+def to_slots(slot_places: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Slot of each label, -1 where the device has no slot for that place."""
+    lookup = {p: s for s, p in enumerate(slot_places.tolist()) if p >= 0}
+    return np.array([lookup.get(int(y), -1) for y in labels], np.int32)
+
+
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def logits(model, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+    """The model's logits through one compiled function per model (eager LSTM calls are slow)."""
+    if model not in _COMPILED:
+        spec = tf.TensorSpec([None, *model.input_shape[1:]], tf.int32)
+        _COMPILED[model] = tf.function(lambda inputs: model(inputs, training=False), input_signature=[spec])
+    fn = _COMPILED[model]
+    return np.concatenate([fn(x[i: i + batch_size]).numpy() for i in range(0, len(x), batch_size)])
+
+
+def mean_cross_entropy(model, x: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.mean(log_softmax(logits(model, x), axis=-1)[np.arange(len(y)), y]))
+
+
+def fit_early_stopping(trainer: Trainer, weights: list[np.ndarray], train, val, params: CollaParams,
+                       rng: np.random.Generator, max_epochs: int) -> tuple[list[np.ndarray], list[dict]]:
+    """Train from `weights`; stop after `patience` epochs without a lower validation loss (hard
+    labels) and keep the best weights, the paper's rule. Returns them and one row per epoch."""
+    trainer.reset(weights)
+    best, best_weights, waited, history = np.inf, weights, 0, []
+    for epoch in range(1, max_epochs + 1):
+        row = trainer.fit(train, 1, params.batch_size, rng)[0]
+        loss = mean_cross_entropy(trainer.model, *val)
+        history.append({**row, "epoch": epoch, "validation_loss": loss})
+        if loss < best - 1e-6:
+            best, best_weights, waited = loss, trainer.model.get_weights(), 0
+        else:
+            waited += 1
+            if waited >= params.patience:
+                break
+    return best_weights, history
+
+
+def split_latest(x: np.ndarray, y: np.ndarray, fraction: float):
+    """(train, validation): the validation set is the latest `fraction` of the samples, at least one."""
+    n_val = max(1, int(round(len(x) * fraction)))
+    return (x[:-n_val], y[:-n_val]), (x[-n_val:], y[-n_val:])
+
+
+def split_random(x: np.ndarray, y: np.ndarray, fraction: float, rng: np.random.Generator):
+    order = rng.permutation(len(x))
+    n_val = max(1, int(round(len(x) * fraction)))
+    return (x[order[n_val:]], y[order[n_val:]]), (x[order[:n_val]], y[order[:n_val]])

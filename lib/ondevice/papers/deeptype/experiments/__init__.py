@@ -1,0 +1,1 @@
+"""The deeptype experiments: one module per notebook (stages the notebook calls, and its report)."""

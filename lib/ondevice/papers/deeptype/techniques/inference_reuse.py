@@ -1,0 +1,107 @@
+"""Reuse of inference results in online training (DeepType Sec. 5.5, Fig. 10b).
+
+While the user types, the keyboard runs the model forward to suggest words. With fine-tune
+training only the softmax layer learns, so everything the update needs from the forward pass is
+the last LSTM layer's output at every position (the softmax's input). `infer_and_cache` returns
+the logits *and* those features; once 16 samples are buffered, `train_from_cache` computes the
+masked loss from the cached features and the labels and updates the softmax only, without
+running the embedding and LSTM layers again. It is the same update as a fine-tune step
+(`FineTune` hook in `training.trainer.train_step`) on the same batch, and costs the same at any
+sequence length up to the (small) softmax matmul.
+
+The cache is valid only while the weights below the softmax do not change, which fine-tuning
+guarantees, and while no update happened between the inference and the training of the batch
+(the paper's reason why reuse applies to online, not offline, training).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from ondevice.tasks import Task
+from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+
+HEAD = "softmax"
+
+
+def split(model: keras.Model, head: str = HEAD) -> tuple[keras.Model, keras.layers.Layer]:
+    """The feature part (inputs -> the head's input at every position, sharing the model's layers
+    and weights) and the head layer itself."""
+    layer = model.get_layer(head)
+    return keras.Model(model.inputs, layer.input, name=f"{model.name}_features"), layer
+
+
+def features_spec(model: keras.Model, head: str = HEAD) -> tf.TensorSpec:
+    """The cached features' signature, float32: [batch, positions, head input width] for a
+    sequence model, [batch, head input width] for a classifier (e.g. AutLearn's MobileNet head)."""
+    shape = model.get_layer(head).input.shape
+    return tf.TensorSpec([None] * (len(shape) - 1) + [int(shape[-1])], tf.float32, name="features")
+
+
+def infer_and_cache(features_model, head, inputs) -> dict:
+    feats = features_model(inputs, training=False)
+    return {"logits": head(feats, training=False), "features": feats}
+
+
+def train_from_cache(head, task: Task, optimizer, variables, features, labels):
+    """The task's loss from cached features through the head only, and one optimizer update of the
+    head's variables (the fine-tune update). Returns the loss."""
+    with tf.GradientTape() as tape:
+        loss = task.loss(labels, head(features, training=True))
+    grads = tape.gradient(loss, variables)
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss
+
+
+class OnlineTrainer:
+    """Online (fine-tune) training of one model in TensorFlow, with and without reuse.
+
+    `step_without_reuse` is the fine-tune train step (a forward pass through every layer, gradients
+    of the softmax only); `infer_and_cache` + `train_from_cache` is the reuse path. Both update the
+    same softmax variables with the same optimizer; `reset` starts again from given weights.
+    """
+
+    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
+                 head: str = HEAD):
+        self.model, self.task = model, task
+        self.hooks = [FineTune(head)]
+        self.variables = trainable_variables(model, self.hooks)
+        self.optimizer = make_optimizer(optimizer, learning_rate)
+        self.optimizer.build(self.variables)
+        self.features_model, self.head = split(model, head)
+        sig = task.signature
+        self.step_without_reuse = tf.function(
+            lambda x, y: train_step(model, task, self.optimizer, self.variables, self.hooks, x, y),
+            input_signature=[sig.inputs, sig.labels])
+        self.infer_and_cache = tf.function(lambda x: infer_and_cache(self.features_model, self.head, x),
+                                           input_signature=[sig.inputs])
+        self.train_from_cache = tf.function(
+            lambda f, y: train_from_cache(self.head, task, self.optimizer, self.variables, f, y),
+            input_signature=[features_spec(model, head), sig.labels])
+
+    def reset(self, weights: list[np.ndarray]) -> None:
+        self.model.set_weights(weights)
+        for v in self.optimizer.variables:
+            v.assign(tf.zeros_like(v))
+
+    def head_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.variables]
+
+
+def flops_per_update(config, batch: int, length: int, reuse: bool) -> float:
+    """Analytic multiply-add FLOPs (2 per MAC) of one fine-tune update of `batch` samples of
+    `length` positions; `config` is an `lstm_lm.LSTMConfig`. Without reuse: the forward pass of
+    every LSTM layer and the softmax, plus the softmax's backward pass (gradient of its kernel; no
+    gradient flows below it). With reuse: the softmax forward and backward only. Elementwise work
+    (gates, cross-entropy) is left out: it is O(units), not O(units^2)."""
+    positions = batch * length
+    softmax = 2 * positions * config.hidden_units * config.output_vocab * 2  # forward + kernel gradient
+    if reuse:
+        return float(softmax)
+    lstm, width = 0, config.embedding_dim
+    for _ in range(config.layers):
+        lstm += 2 * positions * 4 * config.hidden_units * (width + config.hidden_units)
+        width = config.hidden_units
+    return float(softmax + lstm)
