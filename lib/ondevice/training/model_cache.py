@@ -96,3 +96,19 @@ def load_or_train(name: str, fields: dict, data: list[str], code: str,
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"[model cache] {name}: trained in {info['train_seconds']:.0f}s, stored in {path}")
     return Entry(key, path, weights, info, hit=False)
+
+
+def cached_train(name: str, fields: dict, data: list[str], modules: tuple[str, ...], train, log=print,
+                 sources: tuple = ()) -> Entry:
+    """The one way a cached model is keyed: `fields` (what configures the model and its training),
+    `data` (checksums of what it reads), the source files of the `ondevice` `modules` that train it
+    (transitively, with their imports) and the source of the functions in `sources` (e.g. the
+    paper's own training function). Content and repository path both count, so moving a module
+    retrains its models: a stale model is never reused."""
+    import inspect
+
+    from ..report import provenance
+
+    files = [f for m in modules for f in provenance.module_files(m)]
+    code = code_digest(files, extra="".join(inspect.getsource(f) for f in sources))
+    return load_or_train(name, fields, data, code, train, log)

@@ -8,6 +8,7 @@ of hooks. The same `train_step` is what the trainable TFLite export runs on devi
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -131,23 +132,103 @@ class Trainer:
                 return list(source)
         return list(self.task.batches(data, batch_size, rng))
 
-    def fit(self, data, epochs: int, batch_size: int, rng: np.random.Generator, log=None, label: str = "") -> list[dict]:
-        """Train whole epochs; one row per epoch: mean loss, seconds, steps, steady step time.
+    def fit(self, data, epochs: int, batch_size: int, rng: np.random.Generator, log=None, label: str = "",
+            evaluate=None, stop: "Plateau | None" = None, evaluate_first: bool = False) -> "History":
+        """Train up to `epochs` whole epochs; one row per epoch: mean loss, seconds, steps, steady
+        step time, and what `evaluate(model)` returns (a dict of floats) after the epoch.
 
-        With `log`, prints about every tenth of an epoch so a slow run can be told from a hung one.
+        With `stop`, training ends when the monitored value of `evaluate` reaches a plateau and the
+        model is left with the weights of the epoch `stop` keeps (`History.best_epoch`). With
+        `evaluate_first`, a row for epoch 0 scores the starting weights. With `log`, prints about
+        every tenth of an epoch so a slow run can be told from a hung one.
         """
-        history = []
+        if stop is not None and evaluate is None:
+            raise ValueError("stop needs evaluate: a plateau is judged on held-out data")
+        history = History()
+        if evaluate_first:
+            history.append({"epoch": 0, "loss": float("nan"), **evaluate(self.model)})
+        watch = stop.watch() if stop is not None else None
         for epoch in range(1, epochs + 1):
-            batches = self._batches(data, batch_size, rng)
-            every = max(1, len(batches) // 10)
-            losses, start = [], time.perf_counter()
-            for n, (x, y) in enumerate(batches, 1):
-                losses.append(self.step(x, y))
-                if log and (n % every == 0 or n == len(batches)):
-                    rate = n / (time.perf_counter() - start)
-                    log(f"{label} epoch {epoch}/{epochs} step {n}/{len(batches)} "
-                        f"loss {np.mean(losses[-every:]):.3f} ({rate:.1f} steps/s)")
-            history.append({"epoch": epoch, "loss": float(np.mean(losses)) if losses else float("nan"),
-                            "seconds": time.perf_counter() - start, "steps": len(batches),
-                            "steady_step_seconds": self.timer.steady()})
+            row = self._epoch(data, batch_size, rng, log, f"{label} epoch {epoch}/{epochs}")
+            row = {"epoch": epoch, **row, **(evaluate(self.model) if evaluate else {})}
+            history.append(row)
+            if watch is not None:
+                if log:
+                    log(f"{label} epoch {epoch}/{epochs}: {stop.monitor} {row[stop.monitor]:.4f}")
+                if watch.update(row[stop.monitor], epoch, self.model):
+                    break
+        if watch is not None:
+            self.model.set_weights(watch.weights)
+            history.best_epoch, history.plateau = watch.epoch, watch.plateau
         return history
+
+    def _epoch(self, data, batch_size: int, rng, log, label: str) -> dict:
+        batches = self._batches(data, batch_size, rng)
+        every = max(1, len(batches) // 10)
+        losses, start = [], time.perf_counter()
+        for n, (x, y) in enumerate(batches, 1):
+            losses.append(self.step(x, y))
+            if log and (n % every == 0 or n == len(batches)):
+                rate = n / (time.perf_counter() - start)
+                log(f"{label} step {n}/{len(batches)} loss {np.mean(losses[-every:]):.3f} ({rate:.1f} steps/s)")
+        return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start,
+                "steps": len(batches), "steady_step_seconds": self.timer.steady()}
+
+
+class History(list):
+    """`Trainer.fit`'s rows, one per epoch; with a stop rule also the kept epoch and whether the
+    plateau was reached (False: the epoch cap came first)."""
+
+    best_epoch: int | None = None
+    plateau: bool = False
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """When to stop on held-out data, and which epoch's weights to keep.
+
+    An epoch *improves* when the monitored value (lower is better) falls below the reference by
+    more than `min_delta` (relative to the reference, or absolute with `relative=False`); training
+    stops after `patience` epochs in a row without improvement. The reference and the weights kept
+    are those of the last improving epoch, or with `keep_lowest` those of the lowest value seen
+    (an epoch below the reference by less than `min_delta` is then kept, yet does not reset the
+    patience). The first epoch always improves. Every stopping rule of the papers is one of these:
+    DeepType's global model (relative 1%, patience 1), AutLearn's pre-training (relative 1%,
+    patience 1, keep_lowest), Colla (absolute 1e-6, patience 20).
+    """
+
+    patience: int = 1
+    min_delta: float = 0.0
+    relative: bool = True
+    keep_lowest: bool = False
+    monitor: str = "holdout_loss"
+
+    def __post_init__(self):
+        if self.patience < 1:
+            raise ValueError(f"patience must be at least 1, got {self.patience}")
+        if not 0 <= self.min_delta < (1 if self.relative else np.inf):
+            raise ValueError(f"min_delta must be in [0, 1) when relative, >= 0 otherwise; got {self.min_delta}")
+
+    def watch(self) -> "_Watch":
+        return _Watch(self)
+
+
+class _Watch:
+    """The state of one `Plateau` during one fit."""
+
+    def __init__(self, rule: Plateau):
+        self.rule, self.reference, self.weights, self.epoch, self.waited = rule, np.inf, None, None, 0
+
+    @property
+    def plateau(self) -> bool:
+        return self.waited >= self.rule.patience
+
+    def update(self, value: float, epoch: int, model) -> bool:
+        """Record an epoch's monitored value; True when training should stop."""
+        rule = self.rule
+        threshold = self.reference * (1 - rule.min_delta) if rule.relative else self.reference - rule.min_delta
+        improved = self.weights is None or value < threshold
+        if improved or (rule.keep_lowest and value < self.reference):
+            self.reference, self.weights, self.epoch = value, model.get_weights(), epoch
+        self.waited = 0 if improved else self.waited + 1
+        return self.plateau
