@@ -1,0 +1,69 @@
+"""Compare two results trees table by table, ignoring what depends on the clock.
+
+    python tools/compare_results.py results/smoke OTHER/results/smoke [--notebook NAME ...]
+
+For every notebook present in both trees, every tables/*.csv is compared cell by cell; columns
+whose name says time (seconds, time, steps/s, throughput, speed-up, ratio of times) and the
+run.json keys that are timestamps, durations or code fingerprints are left out. Exits 1 and lists
+the first differences when a number differs beyond --rtol (default 0: bit-identical)."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+CLOCK = re.compile(r"second|time|_s$|per_s|steps/s|throughput|speed|latency|\bms\b|wall|rate_hz|energy|joule|power|watt|duration|elapsed|peak_rss|memory", re.I)
+
+
+def compare_tables(a: Path, b: Path, rtol: float) -> list[str]:
+    da, db = pd.read_csv(a), pd.read_csv(b)
+    if list(da.columns) != list(db.columns):
+        return [f"{a.name}: columns differ: {sorted(set(da.columns) ^ set(db.columns))}"]
+    if len(da) != len(db):
+        return [f"{a.name}: {len(da)} rows vs {len(db)}"]
+    out = []
+    for col in da.columns:
+        if CLOCK.search(str(col)):
+            continue
+        for i, (x, y) in enumerate(zip(da[col], db[col])):
+            same = x == y or (isinstance(x, float) and isinstance(y, float) and (math.isnan(x) and math.isnan(y)
+                                                                                 or math.isclose(x, y, rel_tol=rtol)))
+            if not same:
+                out.append(f"{a.name}: row {i} column {col!r}: {x!r} vs {y!r}")
+                break
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("--notebook", nargs="*", default=None)
+    ap.add_argument("--rtol", type=float, default=0.0)
+    args = ap.parse_args(argv)
+    names = args.notebook or sorted(p.name for p in args.before.iterdir() if (p / "tables").is_dir())
+    failures, checked = [], 0
+    for name in names:
+        ta, tb = args.before / name / "tables", args.after / name / "tables"
+        if not tb.is_dir():
+            failures.append(f"{name}: no tables in {tb}")
+            continue
+        missing = sorted({p.name for p in ta.glob("*.csv")} ^ {p.name for p in tb.glob("*.csv")})
+        if missing:
+            failures.append(f"{name}: tables only on one side: {missing}")
+        for csv in sorted(ta.glob("*.csv")):
+            if (tb / csv.name).is_file():
+                checked += 1
+                failures += [f"{name}/{d}" for d in compare_tables(csv, tb / csv.name, args.rtol)]
+    print(f"{checked} tables compared over {len(names)} notebooks; {len(failures)} differences")
+    for f in failures:
+        print("  " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
