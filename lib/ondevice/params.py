@@ -71,6 +71,18 @@ class Params:
         return dataclasses.asdict(self)
 
 
+def presets(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One experiment's presets from layers of scale -> field values (e.g. the paper's model sizes,
+    the data split, the experiment's own fields); a later layer wins. Every layer names every scale
+    or a subset of them; the first layer decides which scales exist."""
+    scales = list(layers[0])
+    for layer in layers:
+        unknown = sorted(set(layer) - set(scales))
+        if unknown:
+            raise ValueError(f"preset layer names unknown scale(s) {unknown}; scales: {scales}")
+    return {scale: {k: v for layer in layers for k, v in layer.get(scale, {}).items()} for scale in scales}
+
+
 def _coerce(name: str, value: Any, hint: Any) -> Any:
     if typing.get_origin(hint) is tuple:  # tuple[float, ...]: a grid of values, e.g. learning rates
         item = typing.get_args(hint)[0]

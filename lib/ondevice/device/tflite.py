@@ -14,6 +14,7 @@ import warnings
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 import tensorflow as tf
 import tf_keras as keras
 
@@ -125,3 +126,20 @@ def compare_training(model: keras.Model, task: Task, learning_rate: float, batch
     return {"tensorflow": tf_losses, "tflite": tflite_losses, "flatbuffer": flatbuffer,
             "outputs_tensorflow": twin(probe, training=False).numpy(),
             "outputs_tflite": infer_on_device(interp, task, probe)}
+
+
+def parity_table(model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam",
+                 hooks: Sequence[Hook] = (), log=None, label: str = "") -> tuple[pd.DataFrame, bytes]:
+    """The one on-device parity table: the same steps in TensorFlow and through the exported
+    trainable TFLite model (`compare_training`), one row per step with both losses and their
+    difference, and the largest output difference after the steps. Returns it and the flatbuffer."""
+    check = compare_training(model, task, learning_rate, batches, optimizer, hooks)
+    table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1), "loss_tensorflow": check["tensorflow"],
+                          "loss_tflite": check["tflite"]})
+    table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
+    table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
+    if log:
+        log(f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
+            f"max |loss difference| {table.abs_difference.max():.2e}, max |output difference| after them "
+            f"{table.max_output_difference_after.iloc[0]:.2e}")
+    return table, check["flatbuffer"]
