@@ -1,0 +1,106 @@
+"""Where a run's time went: per notebook and per stage, read from the executed notebooks.
+
+papermill records each cell's wall time; a cell's stage is the first experiment function it calls
+(e.g. `exp.train_globals` -> "train_globals"), so the breakdown needs no timing code in the
+experiments and matches what the reader sees in the notebook.
+
+    python -m ondevice.report.timings --scale default   # prints it, writes results/default/timings.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+from pathlib import Path
+
+import pandas as pd
+
+from .. import REPO_ROOT
+from .record import atomic_write
+
+RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
+MODULE_ALIASES = {"exp", "common", "protocol"}  # how notebooks name the experiment's modules
+
+
+def stage_of(source: str) -> str:
+    """The first `exp.f(...)`/`common.f(...)` call of a cell, else its first line (a set-up cell)."""
+    try:
+        tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        tree = None
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)] if tree else []
+    calls.sort(key=lambda n: (n.lineno, n.col_offset))
+    for call in calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in MODULE_ALIASES:
+            return f.attr
+    first = next(
+        (line.strip() for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#")), ""
+    )
+    return first[:60] or "(comment)"
+
+
+def notebook_stages(path: Path) -> list[dict]:
+    """One row per code cell of an executed notebook: its stage and papermill's wall seconds."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    rows = []
+    for index, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        seconds = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        rows.append(
+            {
+                "notebook": path.stem,
+                "cell": index,
+                "stage": stage_of(source),
+                "seconds": float(seconds) if seconds is not None else float("nan"),
+            }
+        )
+    return rows
+
+
+def table(scale_dir: Path) -> pd.DataFrame:
+    """Every completed notebook of a results tree (results/<scale>/<name>/<name>.ipynb)."""
+    rows = [r for p in sorted(scale_dir.glob("*/*.ipynb")) if p.stem == p.parent.name for r in notebook_stages(p)]
+    if not rows:
+        return pd.DataFrame(columns=["notebook", "cell", "stage", "seconds"])
+    return pd.DataFrame(rows)
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {platform.system()}"
+
+
+def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
+    """Write scale_dir/timings.csv and print per-notebook totals and the slowest stages."""
+    times = table(scale_dir)
+    atomic_write(scale_dir / "timings.csv", lambda p: times.to_csv(p, index=False))
+    if times.empty:
+        log(f"[timings] no executed notebooks in {scale_dir}")
+        return times
+    per_notebook = times.groupby("notebook").seconds.sum().sort_values(ascending=False)
+    log(
+        f"[timings] {scale_dir.name} on {machine()}: {per_notebook.sum() / 60:.1f} min in {len(per_notebook)} notebooks"
+    )
+    for name, seconds in per_notebook.items():
+        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min")
+    log(f"[timings] slowest stages (all in {scale_dir / 'timings.csv'}):")
+    for row in times.nlargest(top, "seconds").itertuples():
+        log(f"[timings]   {row.notebook:<28} {row.stage:<32} {row.seconds / 60:6.1f} min")
+    return times
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="per-notebook and per-stage wall time of a results tree")
+    ap.add_argument("--scale", default="default")
+    args = ap.parse_args(argv)
+    report(RESULTS / args.scale)
+
+
+if __name__ == "__main__":
+    main()
