@@ -1,0 +1,204 @@
+"""Builtin-only trainable export (device.builtin_export): for one model per family (LSTM LM, a
+MobileNet conv head, the Colla M-RNN) the file has no Flex op, runs in LiteRT (ai-edge-litert),
+trains as TensorFlow's Trainer does on the same batches, and get_weights/set_weights round-trip.
+
+Tolerance. float32 resolves 1.2e-7 relatively. TensorFlow and LiteRT evaluate the same formulas
+but sum each matrix product's terms (tens to a few hundred here) in another order and with their
+own exp/tanh/log, so losses and gradients differ by a few ulp, ~1e-7 relatively. SGD carries that
+into the weights proportionally; Adam divides by sqrt(v) + 1e-7, which for a gradient near zero
+magnifies its absolute rounding by up to lr / 1e-7, but a step never moves a weight by more than
+~lr. Hence losses to rtol 1e-4, and weights to rtol 1e-4 with atol 1e-4 x the tensor's largest
+weight (weights near zero get the same absolute slack as the largest). Seen on these and the CLI's
+instances: losses <= 1.3e-7 relative; weights <= 5e-7 of the tensor's largest, except Adam on the
+M-RNN's embeddings, <= 1.5e-5 of it (1.5e-6 absolute): 7x inside.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from ondevice.data.places import FEATURES
+from ondevice.device import builtin_export as be
+from ondevice.device import litert, tflite, tflite_reuse
+from ondevice.models import lstm_lm, mrnn
+from ondevice.tasks.classification import ClassificationTask
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.trainer import seed_everything
+
+RTOL = 1e-4
+
+
+def assert_parity(check: dict, start: dict) -> None:
+    """Same losses and weights in TensorFlow and LiteRT, and the weights really moved."""
+    np.testing.assert_allclose(check["litert"], check["tensorflow"], rtol=RTOL)
+    assert set(check["weights_litert"]) == set(check["weights_tensorflow"])
+    moved = 0
+    for key, expected in check["weights_tensorflow"].items():
+        scale = float(np.abs(expected).max()) or 1.0
+        np.testing.assert_allclose(check["weights_litert"][key], expected, rtol=RTOL, atol=RTOL * scale, err_msg=key)
+        moved += not np.array_equal(expected, start[key])
+    trained = check["module"].trained_keys
+    assert moved == len(trained), f"only {moved} of {trained} changed"
+
+
+def assert_builtin_only(flatbuffer: bytes) -> None:
+    assert litert.custom_operators(flatbuffer) == []  # every operator code is a builtin one
+    assert not any(op.startswith("Flex") for op in litert.operators(flatbuffer))
+    assert tflite_reuse.flex_ops(flatbuffer) == []
+    assert {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"} <= set(litert.operators(flatbuffer))
+
+
+def text_batches(rng, n_batches: int, vocab: int, outputs: int, longest: int = 8):
+    """Right-padded next-word batches of different sizes and lengths, as Samples.padded makes them."""
+    batches = []
+    for b in range(n_batches):
+        lengths = rng.integers(2, longest + 1, size=3 + b)
+        x = np.zeros((len(lengths), lengths.max()), np.int32)
+        y = np.zeros_like(x)
+        for row, n in enumerate(lengths):
+            x[row, :n], y[row, :n] = rng.integers(2, vocab, n), rng.integers(2, outputs, n)
+        batches.append((x, y))
+    return batches
+
+
+@pytest.fixture(scope="module")
+def lm():
+    seed_everything(0)
+    model = lstm_lm.build(lstm_lm.LSTMConfig(input_vocab=30, output_vocab=20, embedding_dim=8, hidden_units=12), seed=0)
+    return model, text_batches(np.random.default_rng(0), 4, 30, 20)
+
+
+@pytest.mark.parametrize("train,optimizer,lr", [(be.TRAIN_ALL, "adam", 0.01), (be.TRAIN_HEAD, "sgd", 0.5)])
+def test_lstm_lm_trains_in_litert_as_in_tensorflow(lm, train, optimizer, lr):
+    """Full training (Adam) and DeepType's fine-tune / AutLearn's last layer (SGD)."""
+    model, batches = lm
+    assert len({x.shape for x, _ in batches}) == len(batches)  # padded to the file's length 8 on the way
+    check = be.compare(model, NextWordTask(), lr, batches, optimizer, train, sequence_length=8)
+    module = check["module"]
+    start = module.keras_weights(model)
+    assert_builtin_only(check["flatbuffer"])
+    assert_parity(check, start)
+    expected = {
+        be.TRAIN_ALL: [
+            "embedding_embeddings",
+            "lstm_1_kernel",
+            "lstm_1_recurrent_kernel",
+            "lstm_1_bias",
+            "lstm_2_kernel",
+            "lstm_2_recurrent_kernel",
+            "lstm_2_bias",
+            "softmax_kernel",
+            "softmax_bias",
+        ],
+        be.TRAIN_HEAD: ["softmax_kernel", "softmax_bias"],
+    }[train]
+    assert module.trained_keys == module.keys == expected
+    # the LSTM gradient is written out: no While/TensorList, and only the full model has segment sums
+    ops = set(litert.operators(check["flatbuffer"]))
+    assert not ops & {"WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM"}
+    assert ("UNSORTED_SEGMENT_SUM" in ops) == (train == be.TRAIN_ALL)
+
+
+def test_get_and_set_weights_round_trip_exactly_and_infer_matches_keras(lm):
+    model, batches = lm
+    module = be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_ALL, sequence_length=8)
+    flatbuffer = be.convert(module)
+    trained = litert.interpreter(flatbuffer)
+    x, y = batches[1]
+    padded = be.feed(module, x)["tokens"]
+    np.testing.assert_allclose(
+        trained.get_signature_runner("infer")(tokens=padded)["logits"][:, : x.shape[1]],
+        model(x).numpy(),
+        rtol=RTOL,
+        atol=1e-5,
+    )
+    be.train_on_device(trained, module, batches[:2])
+    weights = trained.get_signature_runner("get_weights")()
+    assert set(weights) == set(module.keys)
+    fresh = litert.interpreter(flatbuffer)
+    assert not np.array_equal(fresh.get_signature_runner("get_weights")()["softmax_kernel"], weights["softmax_kernel"])
+    fresh.get_signature_runner("set_weights")(**weights)
+    again = fresh.get_signature_runner("get_weights")()
+    for key, value in weights.items():
+        np.testing.assert_array_equal(again[key], value, err_msg=key)
+    infer = [i.get_signature_runner("infer")(tokens=padded)["logits"] for i in (trained, fresh)]
+    np.testing.assert_array_equal(infer[0], infer[1])
+    # set_weights resets the optimizer (a fresh start, as Trainer.reset): both now train alike
+    trained.get_signature_runner("set_weights")(**weights)
+    after = [i.get_signature_runner("train")(**be.feed(module, x, y))["loss"] for i in (trained, fresh)]
+    assert after[0] == after[1]
+    np.testing.assert_array_equal(
+        trained.get_signature_runner("get_weights")()["lstm_1_kernel"],
+        fresh.get_signature_runner("get_weights")()["lstm_1_kernel"],
+    )
+
+
+def conv_model(classes: int) -> keras.Model:
+    """MobileNet/YAMNet in small: a conv, a depthwise-separable block (each with batch norm and
+    ReLU), global pooling and a Dense head, as mobilenet_v1/v2 and yamnet end."""
+    x = inputs = keras.Input((16, 16, 1), name="image")
+    x = keras.layers.Conv2D(8, 3, 2, padding="same", use_bias=False, name="conv")(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="conv_bn")(x))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False, name="depthwise")(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="depthwise_bn")(x))
+    x = keras.layers.Conv2D(16, 1, use_bias=False, name="pointwise")(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="pointwise_bn")(x))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes, name="predictions")(x))
+
+
+def test_conv_head_trains_in_litert_as_in_tensorflow():
+    """MoIL's LF(1) / AutLearn's last layer on a MobileNet-style model: the frozen part (conv,
+    depthwise, batch norm on its moving statistics) is constants in the file, the head trains.
+    (The real MobileNetV1/V2 and YAMNet heads: `python -m ondevice.device.builtin_export`.)"""
+    seed_everything(0)
+    rng = np.random.default_rng(1)
+    model = conv_model(4)
+    for layer in model.layers:  # moving statistics that are not the initial 0 and 1
+        if isinstance(layer, keras.layers.BatchNormalization):
+            n = layer.moving_mean.shape[0]
+            layer.set_weights(
+                [rng.uniform(0.5, 1.5, n), rng.normal(0, 0.1, n), rng.normal(0, 0.1, n), rng.uniform(0.5, 1.5, n)]
+            )
+    batches = [(rng.random((n, 16, 16, 1), np.float32), rng.integers(0, 4, n).astype(np.int32)) for n in (6, 4, 6)]
+    check = be.compare(model, ClassificationTask((16, 16, 1), 4), 0.01, batches, "adam", be.TRAIN_HEAD)
+    assert_builtin_only(check["flatbuffer"])
+    assert check["module"].trained_keys == ["predictions_kernel", "predictions_bias"]
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D"} <= set(litert.operators(check["flatbuffer"]))
+    assert_parity(check, check["module"].keras_weights(model))
+    with pytest.raises(ValueError, match="no builtin kernels"):
+        be.BuiltinTrainable(model, ClassificationTask((16, 16, 1), 4), 0.01, train=be.TRAIN_ALL)
+
+
+def test_colla_device_mrnn_trains_in_litert_as_in_tensorflow():
+    """The customised device M-RNN: embeddings, LSTM and FC train; slot switches are kept and
+    exchanged, a switched-off slot gets no gradient on either side."""
+    seed_everything(0)
+    rng = np.random.default_rng(2)
+    config = mrnn.MRNNConfig(locations=12, outputs=8, embedding_dim=4, hidden_units=8, history=4, slots=True)
+    model = mrnn.build(config, seed=0)
+    model.get_layer("slots").set_weights([(np.arange(8) < 5).astype(np.float32)])
+    counts = config.id_counts()
+
+    def batch(n):
+        steps = np.stack([rng.integers(0, counts[i], (n, config.history)) for i in range(len(FEATURES))], -1)
+        return steps.astype(np.int32), rng.integers(0, 5, n).astype(np.int32)
+
+    task = ClassificationTask((config.history, len(FEATURES)), 8, input_dtype=tf.int32)
+    check = be.compare(model, task, 0.01, [batch(8), batch(5), batch(8)], "adam", be.TRAIN_ALL)
+    assert_builtin_only(check["flatbuffer"])
+    module = check["module"]
+    assert module.keys == module.trained_keys + ["slots_active"]
+    assert len(module.trained_keys) == len(FEATURES) + 5  # six tables, LSTM kernel/recurrent/bias, FC kernel/bias
+    start = module.keras_weights(model)
+    assert_parity(check, start)
+    np.testing.assert_array_equal(check["weights_litert"]["slots_active"], start["slots_active"])
+    np.testing.assert_array_equal(check["weights_litert"]["fc_kernel"][:, 5:], start["fc_kernel"][:, 5:])
+
+
+def test_operator_codes_name_flex_ops_of_a_flex_file():
+    """The op list reads the flatbuffer's operator codes: a Select TF op shows as Flex<op>."""
+    dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    flex = tflite.convert(tflite.TrainableModel(dense, ClassificationTask((4,), 3), 0.1), ("infer", "save"))
+    assert litert.custom_operators(flex) == ["FlexSave"] and "FULLY_CONNECTED" in litert.operators(flex)
