@@ -1,6 +1,8 @@
 """Dynamic vocabulary (DeepType Sec. 4): which ids are swapped, what the samples become, and that
 a swapped-in word, out of reach before, becomes predictable after real personal training that
 starts from the reused embedding and softmax rows."""
+import types
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.papers.deeptype.techniques import dynamic_vocab as dv
-from ondevice.papers.deeptype.techniques.incremental import personalize
+from ondevice.papers.deeptype.protocol import personalize
 from ondevice.training.trainer import Trainer
 
 # crowd counts: the 6, king 5, queen 4, sword 3, crown 2, ghost 1 (ids 2..7 in that order)
@@ -69,7 +71,8 @@ def _trained(vocab, sents, seed=0, lr=0.03, epochs=40):
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 16, 24), seed=seed)
     start = model.get_weights()
     trainer = Trainer(model, NextWordTask(3), lr, "adam")
-    personalize(trainer, start, build_samples(sents, vocab, 3), epochs, 8, np.random.default_rng(seed))
+    fields = types.SimpleNamespace(personal_epochs=epochs, personal_batch_size=8)
+    personalize(trainer, start, build_samples(sents, vocab, 3), fields, np.random.default_rng(seed))
     return model, start
 
 

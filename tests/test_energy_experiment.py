@@ -95,6 +95,7 @@ def test_parameters_that_cannot_work_stop_before_any_work():
 
 
 def test_phone_job_under_each_governor_set_over_adb(monkeypatch):
+    from ondevice.device.energy import study
     from ondevice.device.energy.android import Adb
     from test_energy_android import FakePhone
 
@@ -108,7 +109,7 @@ def test_phone_job_under_each_governor_set_over_adb(monkeypatch):
     phone = SlowJobPhone(battery=((-500_000, 4_000_000),))
     phone.jobs = []
     before = dict(phone.files)
-    monkeypatch.setattr(exp, "Adb", lambda serial=None: Adb("ZX1G22ABC", runner=phone))
+    monkeypatch.setattr(study, "Adb", lambda serial=None: Adb("ZX1G22ABC", runner=phone))
     params = exp.Params.for_scale("smoke", meters=("android-battery",), android_serial="ZX1G22ABC",
                                   android_job="sh /data/local/tmp/train.sh {variant} {governor}")
     env = exp.setup(params, log=lambda _: None)

@@ -12,8 +12,8 @@ import tf_keras as keras
 
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
+from ondevice.device import device_profile, tflite, tflite_reuse
 from ondevice.papers.deeptype import export
-from ondevice.device import tflite, tflite_reuse
 from ondevice.models import lstm_lm
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
@@ -29,7 +29,7 @@ def exported():
     samples = build_samples(sents, vocab, 4)
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=0)
     task = NextWordTask()
-    flatbuffer = tflite_reuse.convert(tflite_reuse.ReuseTrainableModel(model, task, 0.05))
+    flatbuffer = tflite.convert(inference_reuse.ReuseTrainableModel(model, task, 0.05), inference_reuse.REUSE_SIGNATURES)
     data = export.user_batches(samples, 16)
     batches = [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
     return model, task, flatbuffer, data, batches
@@ -83,7 +83,7 @@ def test_flex_inventory(exported):
     assert {"Save", "Restore"} <= set(ops) and any(op.startswith("TensorList") for op in ops)
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     module = tflite.TrainableModel(dense, ClassificationTask((4,), 3), 0.1)
-    assert tflite_reuse.flex_ops(tflite_reuse.convert(module, ("infer",))) == []
+    assert tflite_reuse.flex_ops(tflite.convert(module, ("infer",))) == []
     # a name is a Select op only as a whole flatbuffer string: length prefix and NUL must agree
     fake = b"\x00" * 8 + struct.pack("<I", 7) + b"FlexFoo\x00" + b"xxFlexBar\x00"
     assert tflite_reuse.flex_ops(fake) == ["Foo"]
@@ -92,7 +92,7 @@ def test_flex_inventory(exported):
 def test_manifest_entry_lists_signatures_shapes_and_flex(exported):
     _, _, flatbuffer, data, _ = exported
     entry = export.describe(flatbuffer)
-    assert set(entry["signatures"]) == set(tflite_reuse.REUSE_SIGNATURES)
+    assert set(entry["signatures"]) == set(inference_reuse.REUSE_SIGNATURES)
     assert entry["signatures"]["train_from_cache"]["inputs"]["features"]["shape"] == [-1, -1, 12]
     assert entry["signatures"]["train"]["inputs"]["tokens"]["dtype"] == "int32"
     assert entry["needs_flex"] and entry["size_bytes"] == len(flatbuffer)
@@ -110,14 +110,14 @@ def test_runner_personalises_an_exported_file_and_writes_a_device_profile(export
                            "--data", str(tmp_path / "user_0.npz"), "--out", str(log), "--reuse", "--warmup", "1",
                            "--device", "test-board"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    profile = export.load_device_profile(log)
+    profile = device_profile.load_device_profile(log)
     assert profile["device"] == "test-board" and profile["variant"] == "m+reuse"
     assert profile["steps"] == len(data["lengths"]) == len(profile["step_seconds"]) == len(profile["inference_seconds"])
     assert profile["peak_rss_mb"] > 10 and profile["restore_max_abs_diff"] < 1e-5
     assert np.all(np.isfinite(profile["losses"]))
-    e = export.extrapolate_seconds(profile, 10, profile["mean_length"] * 2)
+    e = device_profile.extrapolate_seconds(profile, 10, profile["mean_length"] * 2)
     assert e["label"] == "extrapolated" and e["seconds"] == pytest.approx(20 * profile["steady_step_seconds"])
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="not a device profile"):
-        export.load_device_profile(bad)
+        device_profile.load_device_profile(bad)

@@ -10,7 +10,7 @@ happens in windows and must survive the ends of windows. Three pieces:
   2-10, so longer sequences rest on the fit's linearity in sequence length (stated, and checked
   by fitting on lengths <= 6 and predicting 8 and 10). `device_profile` turns a fit into the
   suite's device-profile format (the runner log of `tools/ondevice_runner.py`), which
-  `device.export.extrapolate_seconds` scales to a user's steps; every such number is an
+  `device.device_profile.extrapolate_seconds` scales to a user's steps; every such number is an
   extrapolation and labelled so.
 - Finishing within a window budget (`finish_seconds`): training needs `need` seconds of work in
   steps of `step` seconds; each window costs `overhead` seconds (restore at its start, save at its
@@ -34,7 +34,7 @@ from scipy.optimize import nnls
 
 from ..data import manifests
 from ..models.lstm_lm import LSTMConfig
-from ondevice.papers.deeptype import export as device_export
+from .device_profile import PROFILE_FORMAT
 from . import tflite
 
 MANIFEST = "flash_device_times"
@@ -146,9 +146,9 @@ def phone_of(model: str, unknown: str) -> str:
 
 
 def device_profile(times: LayerTimes, config: LSTMConfig, batch: int, mean_length: float) -> dict:
-    """A device profile in the runner-log format (`device.export.load_device_profile`): the
+    """A device profile in the runner-log format (`device.device_profile.load_device_profile`): the
     phone's extrapolated seconds per full training step at `mean_length`."""
-    return {"format": device_export.PROFILE_FORMAT, "device": PHONES[times.phone], "variant": "full",
+    return {"format": PROFILE_FORMAT, "device": PHONES[times.phone], "variant": "full",
             "steady_step_seconds": float(times.batch_seconds(config, batch, mean_length)),
             "mean_length": float(mean_length), "batch_size": int(batch),
             "source": "extrapolated from FLASH's per-layer DL4J training times (data_manifests/flash_device_times.yaml)",

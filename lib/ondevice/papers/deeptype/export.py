@@ -1,26 +1,23 @@
 """On-device artifacts: every DeepType personal-model variant as a trainable .tflite, a manifest,
-per-user data files for `tools/ondevice_runner.py`, and device profiles read back from it.
+and a per-user data file for `tools/ondevice_runner.py`.
 
     python -m ondevice.papers.deeptype.export --scale default        # or: make export SCALE=default
 
 writes `results/<scale>/export/`:
 
-- `<variant>.tflite`: `full` (every layer trains), `fine_tune` (only the softmax trains, Sec. 5)
-  and `fine_tune_reuse` (fine-tune plus `infer_and_cache` / `train_from_cache`, Sec. 5.5), each
-  converted from the cached global model of the first seed (builtin ops where they suffice, Flex
-  where needed); with `techniques/deeptype/svd_compression.py` present also `svd_compression`
-  and `svd_compression_fine_tune_reuse` (see NOTES: not the cloud-re-trained weights).
-  Vocabulary compression is per user and bucketing changes batches, not the file: not exported;
-- `user_<n>.npz`: the first test user's personal training samples in online batches
-  (`tokens`, `labels`: int32 [batches, batch size, longest length], right-padded with 0;
-  `lengths`: int32 [batches], the length each batch is cut to before it is fed);
-- `manifest.json`: per file its signatures with input and output shapes (-1 = any) and dtypes,
-  size, whether it needs the Flex delegate and which Select TF ops it uses, and the data files.
+- `<variant>.tflite`: `full` (every layer trains), `fine_tune` (only the softmax, Sec. 5.4),
+  `fine_tune_reuse` (plus `infer_and_cache` / `train_from_cache`, Sec. 5.5), and the same with the
+  softmax SVD-compressed (Sec. 5.1; see NOTES), from the first seed's cached global model, trained
+  by the personal optimizer at the personal rate of `deeptype_online_latency`. Vocabulary
+  compression is per user and bucketing changes batches, not the file: not exported;
+- `user_0.npz`: the first test user's training samples in online batches (`tokens`, `labels`:
+  int32 [batches, batch size, longest length], right-padded with 0; `lengths`: the length each
+  batch is cut to before it is fed);
+- `manifest.json`: per file its signatures (shapes, -1 = any, and dtypes), size and Flex ops.
 
-A device profile is the JSON timing log the runner writes on a phone or board (see the runner's
-docstring). `load_device_profile` reads it and `extrapolate_seconds` turns a number of training
-steps into seconds on that device; every such number is labelled "extrapolated".
+The runner's timing log is a device profile: `ondevice.device.device_profile` reads it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,14 +29,15 @@ import numpy as np
 
 from ondevice import REPO_ROOT
 
-PROFILE_FORMAT = "ondevice-runner-log/1"
-VARIANTS = ("full", "fine_tune", "fine_tune_reuse")
-NOTES = {
-    "svd_compression": "softmax factored at 10% of its input width from the global model, without the cloud "
-                       "re-training (svd_compression.retrain_global): the file's structure and step cost are the "
-                       "compressed model's, its weights are not the re-trained ones",
-}
-NOTES["svd_compression_fine_tune_reuse"] = NOTES["svd_compression"]
+# AutLearn's availability notebook reads device profiles through this module.
+from ondevice.device.device_profile import PROFILE_FORMAT, extrapolate_seconds, load_device_profile  # noqa: F401
+
+NOTES = dict.fromkeys(
+    ("svd_compression", "svd_compression_fine_tune_reuse"),
+    "softmax factored at 10% of its input width from the global model, without the cloud re-training "
+    "(svd_compression.retrain_global): the file's structure and step cost are the compressed model's, "
+    "its weights are not the re-trained ones",
+)
 
 
 def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
@@ -49,38 +47,35 @@ def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
     if n == 0:
         raise ValueError(f"the user has {len(samples)} samples, fewer than one batch of {batch_size}")
     padded = [samples.padded(np.arange(i * batch_size, (i + 1) * batch_size)) for i in range(n)]
-    longest = max(x.shape[1] for x, _ in padded)
-    tokens = np.zeros((n, batch_size, longest), np.int32)
-    labels = np.zeros((n, batch_size, longest), np.int32)
+    tokens = np.zeros((n, batch_size, max(x.shape[1] for x, _ in padded)), np.int32)
+    labels = np.zeros_like(tokens)
     for i, (x, y) in enumerate(padded):
         tokens[i, :, : x.shape[1]], labels[i, :, : y.shape[1]] = x, y
     return {"tokens": tokens, "labels": labels, "lengths": np.array([x.shape[1] for x, _ in padded], np.int32)}
 
 
+def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`user_batches` as the keyboard feeds them: each batch cut to its own length."""
+    data = user_batches(samples, batch_size)
+    return [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
+
+
 def variant_modules(model, task, learning_rate: float, optimizer: str = "adam") -> dict:
-    """name -> (trainable module, signatures) for every variant that exists in this checkout."""
-    import importlib
-
+    """name -> (trainable module, its signatures) of every exported variant."""
+    from ondevice.device.tflite import SIGNATURES, TrainableModel
+    from ondevice.papers.deeptype.techniques import svd_compression as svd
     from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-    from ondevice.device import tflite, tflite_reuse
+    from ondevice.papers.deeptype.techniques.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
 
-    out = {
-        "full": (tflite.TrainableModel(model, task, learning_rate, optimizer), tflite_reuse.BASE_SIGNATURES),
-        "fine_tune": (tflite.TrainableModel(model, task, learning_rate, optimizer, hooks=[FineTune()]),
-                      tflite_reuse.BASE_SIGNATURES),
-        "fine_tune_reuse": (tflite_reuse.ReuseTrainableModel(model, task, learning_rate, optimizer),
-                            tflite_reuse.REUSE_SIGNATURES),
+    compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
+    return {
+        "full": (TrainableModel(model, task, learning_rate, optimizer), SIGNATURES),
+        "fine_tune": (TrainableModel(model, task, learning_rate, optimizer, hooks=[FineTune()]), SIGNATURES),
+        "fine_tune_reuse": (ReuseTrainableModel(model, task, learning_rate, optimizer), REUSE_SIGNATURES),
+        "svd_compression": (TrainableModel(compressed, task, learning_rate, optimizer), SIGNATURES),
+        "svd_compression_fine_tune_reuse": (
+            ReuseTrainableModel(compressed, task, learning_rate, optimizer), REUSE_SIGNATURES),
     }
-    try:  # SVD compression of the softmax (written separately; exported when its module is here)
-        svd = importlib.import_module("ondevice.papers.deeptype.techniques.svd_compression")
-        compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
-        out["svd_compression"] = (tflite.TrainableModel(compressed, task, learning_rate, optimizer),
-                                  tflite_reuse.BASE_SIGNATURES)
-        out["svd_compression_fine_tune_reuse"] = (
-            tflite_reuse.ReuseTrainableModel(compressed, task, learning_rate, optimizer), tflite_reuse.REUSE_SIGNATURES)
-    except (ImportError, AttributeError, ValueError):
-        pass
-    return out
 
 
 def describe(flatbuffer: bytes) -> dict:
@@ -94,67 +89,39 @@ def describe(flatbuffer: bytes) -> dict:
 
 def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict | None = None, log=print) -> dict:
     """Write the variants, the first test user's data file and manifest.json; returns the manifest."""
+    from ondevice.device import tflite
     from ondevice.papers.deeptype import common
     from ondevice.papers.deeptype.experiments.deeptype_online_latency import Params
     from ondevice.report.record import atomic_write
     from ondevice.tasks.next_word import NextWordTask
-    from ondevice.device import tflite_reuse
 
-    params = Params.for_scale(scale, seed, **(overrides or {}))
+    p = Params.for_scale(scale, seed, **(overrides or {}))
     out = Path(out) if out else REPO_ROOT / "results" / scale / "export"
-    corpus = common.load_corpus(params, log=log)
-    models = common.train_global(params, corpus, log)
-    model = models.model
-    model.set_weights(models.weights[params.seed])
-    task = NextWordTask(params.k)
+    corpus = common.load_corpus(p, log=log)
+    models = common.train_global(p, corpus, log)
+    models.model.set_weights(models.weights[p.seed])
     files = {}
-    for name, (module, signatures) in variant_modules(model, task, params.online_learning_rate, params.optimizer).items():
-        flatbuffer = tflite_reuse.convert(module, signatures)
-        atomic_write(out / f"{name}.tflite", lambda p, b=flatbuffer: p.write_bytes(b))
+    modules = variant_modules(models.model, NextWordTask(p.k), p.personal_learning_rate, p.personal_optimizer)
+    for name, (module, signatures) in modules.items():
+        flatbuffer = tflite.convert(module, signatures)
+        atomic_write(out / f"{name}.tflite", lambda path, b=flatbuffer: path.write_bytes(b))
         files[f"{name}.tflite"] = {"variant": name, **describe(flatbuffer), **({"note": NOTES[name]} if name in NOTES else {})}
         log(f"{name}.tflite: {len(flatbuffer) / 1e6:.2f} MB, Flex ops: {', '.join(files[f'{name}.tflite']['flex_ops']) or 'none'}")
     user = corpus.split.test[0]
-    train, _ = corpus.personal(user, params.personal_train_fraction)
-    data = user_batches(train, params.online_batch_size)
-    atomic_write(out / "user_0.npz", lambda p: np.savez(open(p, "wb"), **data))
+    data = user_batches(corpus.personal(user, p.personal_train_fraction)[0], p.online_batch_size)
+    atomic_write(out / "user_0.npz", lambda path: np.savez(open(path, "wb"), **data))
     manifest = {
-        "scale": scale, "seed": params.seed, "optimizer": params.optimizer,
-        "learning_rate": params.online_learning_rate,
+        "scale": scale, "seed": p.seed, "optimizer": p.personal_optimizer, "learning_rate": p.personal_learning_rate,
         "model": {"input_vocab": corpus.vocab.input_size, "output_vocab": corpus.vocab.size,
-                  "embedding_dim": params.embedding_dim, "hidden_units": params.hidden_units,
-                  "lstm_layers": params.lstm_layers},
-        "global_model_from_cache": models.entries[params.seed].hit,
-        "files": files,
+                  "embedding_dim": p.embedding_dim, "hidden_units": p.hidden_units, "lstm_layers": p.lstm_layers},
+        "global_model_from_cache": models.entries[p.seed].hit, "files": files,
         "user_data": {"user_0.npz": {"user": user, "batches": int(len(data["lengths"])),
-                                     "batch_size": params.online_batch_size,
-                                     "longest": int(data["tokens"].shape[2])}},
+                                     "batch_size": p.online_batch_size, "longest": int(data["tokens"].shape[2])}},
         "runner": "python tools/ondevice_runner.py --model <file> --data user_0.npz --out log.json",
     }
-    atomic_write(out / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
+    atomic_write(out / "manifest.json", lambda path: path.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
     log(f"wrote {len(files)} models, user_0.npz and manifest.json to {out}")
     return manifest
-
-
-def load_device_profile(path: str | Path) -> dict:
-    """A runner log (a device profile): checked for the fields extrapolation needs."""
-    profile = json.loads(Path(path).read_text())
-    if profile.get("format") != PROFILE_FORMAT:
-        raise ValueError(f"{path}: not a device profile (format {profile.get('format')!r}, expected {PROFILE_FORMAT!r})")
-    for key in ("device", "variant", "steady_step_seconds", "mean_length", "batch_size"):
-        if key not in profile:
-            raise ValueError(f"{path}: device profile lacks {key!r}")
-    return profile
-
-
-def extrapolate_seconds(profile: dict, steps: int, mean_length: float | None = None) -> dict:
-    """Training time of `steps` steps on the profiled device, from its steady step time. With
-    `mean_length`, the step time is scaled linearly from the profile's mean sequence length (an
-    LSTM step's work is proportional to the positions it runs); without, used as measured."""
-    step = float(profile["steady_step_seconds"])
-    if mean_length is not None:
-        step *= float(mean_length) / float(profile["mean_length"])
-    return {"device": profile["device"], "variant": profile["variant"], "steps": int(steps),
-            "step_seconds": step, "seconds": step * steps, "label": "extrapolated"}
 
 
 def main(argv=None) -> int:

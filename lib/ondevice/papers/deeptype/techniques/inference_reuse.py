@@ -11,7 +11,8 @@ sequence length up to the (small) softmax matmul.
 
 The cache is valid only while the weights below the softmax do not change, which fine-tuning
 guarantees, and while no update happened between the inference and the training of the batch
-(the paper's reason why reuse applies to online, not offline, training).
+(the paper's reason why reuse applies to online, not offline, training). `ReuseTrainableModel`
+is the same on the phone: the trainable TFLite export with both signatures added.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from ondevice.device.tflite import SIGNATURES, TrainableModel
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks import Task
 from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 
 HEAD = "softmax"
+REUSE_SIGNATURES = SIGNATURES + ("infer_and_cache", "train_from_cache")
 
 
 def split(model: keras.Model, head: str = HEAD) -> tuple[keras.Model, keras.layers.Layer]:
@@ -90,18 +93,37 @@ class OnlineTrainer:
         return [v.numpy() for v in self.variables]
 
 
-def flops_per_update(config, batch: int, length: int, reuse: bool) -> float:
-    """Analytic multiply-add FLOPs (2 per MAC) of one fine-tune update of `batch` samples of
-    `length` positions; `config` is an `lstm_lm.LSTMConfig`. Without reuse: the forward pass of
-    every LSTM layer and the softmax, plus the softmax's backward pass (gradient of its kernel; no
-    gradient flows below it). With reuse: the softmax forward and backward only. Elementwise work
-    (gates, cross-entropy) is left out: it is O(units), not O(units^2)."""
-    positions = batch * length
-    softmax = 2 * positions * config.hidden_units * config.output_vocab * 2  # forward + kernel gradient
-    if reuse:
-        return float(softmax)
+class ReuseTrainableModel(TrainableModel):
+    """The fine-tune export (only `head` trains) with `infer_and_cache` and `train_from_cache`; its
+    `train` is the fine-tune step, and both update the same variables, so a keyboard may mix them."""
+
+    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
+                 head: str = HEAD):
+        super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)])
+        self.features_model, self.head = split(model, head)
+        sig = task.signature
+        self.infer_and_cache = tf.function(lambda x: infer_and_cache(self.features_model, self.head, x),
+                                           input_signature=[sig.inputs])
+        self.train_from_cache = tf.function(
+            lambda f, y: {"loss": train_from_cache(self.head, task, self.optimizer, self.variables_to_train, f, y)},
+            input_signature=[features_spec(model, head), sig.labels])
+
+
+def forward_flops(config, positions: int) -> tuple[float, float]:
+    """Multiply-add FLOPs (2 per MAC) of the forward pass over `positions` (batch x length) of an
+    `lstm_lm.LSTMConfig`: (LSTM layers, softmax). An LSTM layer of H units over inputs of width d
+    runs 4 gates of (d + H) x H per position; the softmax is H x V. Elementwise work (gates,
+    cross-entropy) is left out: it is O(units), not O(units^2)."""
     lstm, width = 0, config.embedding_dim
     for _ in range(config.layers):
         lstm += 2 * positions * 4 * config.hidden_units * (width + config.hidden_units)
         width = config.hidden_units
-    return float(softmax + lstm)
+    return float(lstm), float(2 * positions * config.hidden_units * config.output_vocab)
+
+
+def flops_per_update(config, batch: int, length: int, reuse: bool) -> float:
+    """FLOPs of one fine-tune update of `batch` samples of `length` positions. Without reuse: the
+    forward pass of every LSTM layer and the softmax, plus the softmax's kernel gradient (no
+    gradient flows below it). With reuse: the softmax forward and kernel gradient only."""
+    lstm, softmax = forward_flops(config, batch * length)
+    return 2 * softmax + (0.0 if reuse else lstm)
