@@ -1,22 +1,25 @@
 """DeepType's on-device optimisations (Sec. 5.1-5.4) as composable transforms and hooks, with
 real TensorFlow: SVD and vocabulary compression of the softmax, bucketing batch sources, and the
 combined variant trained, exported to TFLite and parity-checked."""
+
 import numpy as np
 import pytest
 
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.device import tflite
 from ondevice.models import lstm_lm
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.papers.deeptype.techniques import bucketing as bk
 from ondevice.papers.deeptype.techniques import svd_compression as svd
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Trainer
 
-TEXT = ("to be or not to be that is the question. whether tis nobler in the mind to suffer the slings "
-        "and arrows of outrageous fortune. or to take arms against a sea of troubles and by opposing end them. "
-        "to die to sleep no more. and by a sleep to say we end the heartache.") * 3
+TEXT = (
+    "to be or not to be that is the question. whether tis nobler in the mind to suffer the slings "
+    "and arrows of outrageous fortune. or to take arms against a sea of troubles and by opposing end them. "
+    "to die to sleep no more. and by a sleep to say we end the heartache."
+) * 3
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def test_svd_full_rank_reproduces_logits_and_small_rank_saves_parameters(setup):
     np.testing.assert_allclose(full(x).numpy(), model(x).numpy(), atol=1e-5)
     small = svd.compress(model, 2)
     assert small.count_params() < model.count_params()
-    assert [l.name for l in small.layers][-2:] == ["softmax_svd", "softmax"]
+    assert [layer.name for layer in small.layers][-2:] == ["softmax_svd", "softmax"]
     assert small.get_layer("softmax_svd").kernel.shape == (config.hidden_units, 2)
     # the original is unchanged and owns its variables
     assert model.get_layer("softmax").kernel.shape == (config.hidden_units, config.output_vocab)
@@ -136,8 +139,14 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
     _, samples, config = setup
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
     model = lstm_lm.build(config, seed=7)
-    kwargs = dict(epochs=1, batch_size=8, learning_rate=1e-3, optimizer="adam",
-                  rng_factory=lambda: np.random.default_rng(0), log=lambda *_: None)
+    kwargs = dict(
+        epochs=1,
+        batch_size=8,
+        learning_rate=1e-3,
+        optimizer="adam",
+        rng_factory=lambda: np.random.default_rng(0),
+        log=lambda *_: None,
+    )
     first = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
     again = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
     other = svd.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
@@ -162,5 +171,6 @@ def test_experiment_reuses_d3_global_models_and_cuts_samples(setup):
     head = opt.first_samples(samples, 5)
     assert len(head) == 5 and np.array_equal(head.padded(np.arange(5))[0], samples.padded(np.arange(5))[0])
     from ondevice.params import ParameterError
+
     with pytest.raises(ParameterError, match="tflite_variants"):
         opt.Params.for_scale("smoke", tflite_variants=("nope",))

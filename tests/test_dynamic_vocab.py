@@ -1,6 +1,7 @@
 """Dynamic vocabulary (DeepType Sec. 4): which ids are swapped, what the samples become, and that
 a swapped-in word, out of reach before, becomes predictable after real personal training that
 starts from the reused embedding and softmax rows."""
+
 import types
 
 import numpy as np
@@ -9,9 +10,9 @@ import pytest
 from ondevice.data.typing_samples import UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
-from ondevice.tasks.next_word import NextWordTask
-from ondevice.papers.deeptype.techniques import dynamic_vocab as dv
 from ondevice.papers.deeptype.protocol import personalize
+from ondevice.papers.deeptype.techniques import dynamic_vocab as dv
+from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Trainer
 
 # crowd counts: the 6, king 5, queen 4, sword 3, crown 2, ghost 1 (ids 2..7 in that order)
@@ -34,8 +35,9 @@ def test_frequent_new_words_replace_the_least_frequent_never_used_global_words(v
     assert swap.vocab.words[7] == "yorick" and swap.vocab.words[6] == "alas"
     # everything else is untouched: same size, same ids, words the user typed once kept
     assert swap.vocab.size == vocab.size and swap.vocab.input_size == vocab.input_size
-    assert [w for i, w in enumerate(swap.vocab.words) if i not in swap.ids] == \
-           [w for i, w in enumerate(vocab.words) if i not in swap.ids]
+    assert [w for i, w in enumerate(swap.vocab.words) if i not in swap.ids] == [
+        w for i, w in enumerate(vocab.words) if i not in swap.ids
+    ]
     assert swap.vocab.word_id("king") == vocab.word_id("king")
     # below the threshold: still out of vocabulary
     assert swap.vocab.word_id("poor") == UNK_ID
@@ -77,8 +79,10 @@ def _trained(vocab, sents, seed=0, lr=0.03, epochs=40):
 
 
 def test_an_out_of_vocabulary_word_becomes_predictable_after_the_swap():
-    crowd = sentences("the king is dead. the queen is here. alas the king. poor queen. a sword and a crown. "
-                      "the ghost walks. my lord the king. the queen and the king. a crown for the king.")
+    crowd = sentences(
+        "the king is dead. the queen is here. alas the king. poor queen. a sword and a crown. "
+        "the ghost walks. my lord the king. the queen and the king. a crown for the king."
+    )
     vocab = Vocabulary.from_sentences(crowd, 24)
     assert vocab.word_id("yorick") == UNK_ID and vocab.word_id("alas") != UNK_ID != vocab.word_id("poor")
     user = sentences("alas poor yorick. " * 12 + "the king is dead. my lord the queen.")

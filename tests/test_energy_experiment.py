@@ -1,6 +1,7 @@
 """The energy experiment at smoke scale on a machine that looks like one with RAPL and writable
 cpufreq (temporary sysfs trees): it measures under each governor for real, restores the
 governors, labels every number, and takes its headline from the measured meter."""
+
 import os
 import threading
 import time
@@ -22,7 +23,7 @@ class FakePackage:
     def __init__(self, root: Path):
         self.path = root / "intel-rapl:0" / "energy_uj"
         for f in root.rglob("max_energy_range_uj"):
-            f.write_text(f"{2 ** 40}\n")
+            f.write_text(f"{2**40}\n")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -74,7 +75,9 @@ def test_every_number_is_labelled_and_the_headline_is_measured(measured_run):
     assert result.tables["effects"]["meter"].iloc[0] == "measured: rapl"
     assert set(result.tables["direction_claims"].meter) == {"rapl", "modelled"}
     backends = result.tables["backends"].set_index("meter")
-    assert backends.loc["rapl", "used for"] == "headline" and backends.loc["modelled", "used for"] == "reported beside it"
+    assert (
+        backends.loc["rapl", "used for"] == "headline" and backends.loc["modelled", "used for"] == "reported beside it"
+    )
     assert "Ran on real hardware in this run**: cpufreq, rapl" in exp.hardware_note(result)
     accuracy = result.tables["accuracy"]
     assert len(accuracy) == 2 and accuracy.top_k_eff_fine_tune.between(0, 1).all()
@@ -110,13 +113,21 @@ def test_phone_job_under_each_governor_set_over_adb(monkeypatch):
     phone.jobs = []
     before = dict(phone.files)
     monkeypatch.setattr(study, "Adb", lambda serial=None: Adb("ZX1G22ABC", runner=phone))
-    params = exp.Params.for_scale("smoke", meters=("android-battery",), android_serial="ZX1G22ABC",
-                                  android_job="sh /data/local/tmp/train.sh {variant} {governor}")
+    params = exp.Params.for_scale(
+        "smoke",
+        meters=("android-battery",),
+        android_serial="ZX1G22ABC",
+        android_job="sh /data/local/tmp/train.sh {variant} {governor}",
+    )
     env = exp.setup(params, log=lambda _: None)
     assert env.phone[0] and env.backends_table().set_index("meter").loc["android-battery (phone job)", "available"]
     table = exp.measure_phone(params, env, log=lambda _: None)
-    assert phone.jobs == ["sh /data/local/tmp/train.sh full interactive", "sh /data/local/tmp/train.sh fine_tune interactive",
-                          "sh /data/local/tmp/train.sh full powersave", "sh /data/local/tmp/train.sh fine_tune powersave"]
+    assert phone.jobs == [
+        "sh /data/local/tmp/train.sh full interactive",
+        "sh /data/local/tmp/train.sh fine_tune interactive",
+        "sh /data/local/tmp/train.sh full powersave",
+        "sh /data/local/tmp/train.sh fine_tune powersave",
+    ]
     assert phone.files == before  # every CPU's governor put back
     assert (table.label == "measured").all() and (table.energy_j > 0).all()
     assert (table.energy_j / table.seconds).between(1.9, 2.1).all()  # the fake battery draws 2 W

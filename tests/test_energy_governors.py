@@ -1,5 +1,6 @@
 """Governor control on temporary cpufreq sysfs trees: read, set, and always restore every policy,
 also after an exception, SIGINT, SIGTERM, and (through the recovery file) after SIGKILL."""
+
 import os
 import signal
 import subprocess
@@ -17,24 +18,32 @@ FREQS = (300000, 1000000, 2000000)
 START = {"scaling_governor": "schedutil", "scaling_min_freq": "300000", "scaling_max_freq": "2000000"}
 
 
-def make_tree(root: Path, policies: int = 2, governors: str = "performance powersave schedutil",
-              per_cpu: bool = False) -> Path:
+def make_tree(
+    root: Path, policies: int = 2, governors: str = "performance powersave schedutil", per_cpu: bool = False
+) -> Path:
     """A cpufreq tree like /sys/devices/system/cpu: policyN directories (or old cpuN/cpufreq)."""
     for i in range(policies):
         d = root / (f"cpu{i}/cpufreq" if per_cpu else f"cpufreq/policy{i}")
         d.mkdir(parents=True)
-        files = {"affected_cpus": str(i), "related_cpus": str(i), "scaling_driver": "acpi-cpufreq",
-                 "scaling_available_governors": governors,
-                 "scaling_available_frequencies": " ".join(map(str, FREQS)),
-                 "cpuinfo_min_freq": str(FREQS[0]), "cpuinfo_max_freq": str(FREQS[-1]), **START}
+        files = {
+            "affected_cpus": str(i),
+            "related_cpus": str(i),
+            "scaling_driver": "acpi-cpufreq",
+            "scaling_available_governors": governors,
+            "scaling_available_frequencies": " ".join(map(str, FREQS)),
+            "cpuinfo_min_freq": str(FREQS[0]),
+            "cpuinfo_max_freq": str(FREQS[-1]),
+            **START,
+        }
         for name, value in files.items():
             (d / name).write_text(value + "\n")
     return root
 
 
 def settings(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("scaling_*_freq"))} | \
-        {str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("scaling_governor"))}
+    return {str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("scaling_*_freq"))} | {
+        str(p.relative_to(root)): p.read_text().strip() for p in sorted(root.rglob("scaling_governor"))
+    }
 
 
 @pytest.fixture
@@ -84,7 +93,12 @@ class OrderedFiles(LocalFiles):
     def write(self, path, value):
         d = Path(path).parent
         lo, hi = int((d / "scaling_min_freq").read_text()), int((d / "scaling_max_freq").read_text())
-        if path.endswith("scaling_min_freq") and int(value) > hi or path.endswith("scaling_max_freq") and int(value) < lo:
+        if (
+            path.endswith("scaling_min_freq")
+            and int(value) > hi
+            or path.endswith("scaling_max_freq")
+            and int(value) < lo
+        ):
             raise OSError(22, "Invalid argument", path)
         super().write(path, value)
 
@@ -104,7 +118,7 @@ def test_restore_after_an_exception(tree, tmp_path):
     cf, before = cpufreq(tree, tmp_path), settings(tree)
     with pytest.raises(ZeroDivisionError):
         with cf.use(Setting.parse("performance")):
-            1 / 0
+            _ = 1 / 0
     assert settings(tree) == before
 
 
@@ -154,7 +168,9 @@ CHILD = textwrap.dedent("""
 def _child_under_powersave(tree: Path, tmp_path: Path) -> subprocess.Popen:
     ready = tmp_path / "ready"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "lib"))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), str(tmp_path / "restore.json"), str(ready)], env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tree), str(tmp_path / "restore.json"), str(ready)], env=env
+    )
     deadline = time.time() + 60
     while not ready.exists():
         assert child.poll() is None and time.time() < deadline, "child did not start"

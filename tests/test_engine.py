@@ -1,6 +1,7 @@
 """The job engine: a smoke experiment gives the same rows in this process and on a local Dask
 with 2 workers; failing jobs are retried once, then reported by key; an interrupted run resumes
 without recomputing finished jobs."""
+
 import os
 import signal
 from pathlib import Path
@@ -26,8 +27,14 @@ def _first(samples, n: int):
     from ondevice.data.typing_samples import Samples
 
     end = samples.offsets[n]
-    return Samples(samples.inputs[:end], samples.labels[:end], samples.offsets[:n + 1], samples.n_context[:n],
-                   samples.word_len[:n], samples.target[:n])
+    return Samples(
+        samples.inputs[:end],
+        samples.labels[:end],
+        samples.offsets[: n + 1],
+        samples.n_context[:n],
+        samples.word_len[:n],
+        samples.target[:n],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +51,18 @@ def smoke_jobs(speeches):
     models = common.train_global(params, corpus, log=lambda *_: None)
     users = list(corpus.split.test) + list(corpus.split.validation)[:1]  # 3 jobs: a worker runs two
     jobs, shared = scaleout_bench.personal_jobs(params, corpus, models, users)
-    small = [Job(j.key, j.fn, {**j.kwargs, "train": _first(j.kwargs["train"], 8 * params.personal_batch_size),
-                               "test": _first(j.kwargs["test"], 200)}) for j in jobs]
+    small = [
+        Job(
+            j.key,
+            j.fn,
+            {
+                **j.kwargs,
+                "train": _first(j.kwargs["train"], 8 * params.personal_batch_size),
+                "test": _first(j.kwargs["test"], 200),
+            },
+        )
+        for j in jobs
+    ]
     return small, shared
 
 
@@ -89,17 +106,23 @@ def _broken(shared, user: str) -> dict:
 
 def test_a_job_that_raises_once_is_retried_and_succeeds(tmp_path):
     log = []
-    rows = run_jobs([Job("user=a", _flaky, {"marker": str(tmp_path / "a"), "value": 1}),
-                     Job("user=b", _flaky, {"marker": str(tmp_path / "b"), "value": 2})],
-                    engine=engine.open_engine(SEQUENTIAL), log=log.append)
+    rows = run_jobs(
+        [
+            Job("user=a", _flaky, {"marker": str(tmp_path / "a"), "value": 1}),
+            Job("user=b", _flaky, {"marker": str(tmp_path / "b"), "value": 2}),
+        ],
+        engine=engine.open_engine(SEQUENTIAL),
+        log=log.append,
+    )
     assert rows == [{"value": 1}, {"value": 2}]
     assert sum("user=a failed (RuntimeError: transient failure); retrying" in line for line in log) == 1
 
 
 def test_a_killed_job_process_is_retried_on_dask(dask_engine, tmp_path):
     log = []
-    [row] = run_jobs([Job("seed=0/user=x", _killed_once, {"marker": str(tmp_path / "killed")})],
-                     engine=dask_engine, log=log.append)
+    [row] = run_jobs(
+        [Job("seed=0/user=x", _killed_once, {"marker": str(tmp_path / "killed")})], engine=dask_engine, log=log.append
+    )
     assert (tmp_path / "killed").exists() and any("seed=0/user=x failed" in line and "retrying" in line for line in log)
     assert row["intra_op_threads"] == "1"  # TensorFlow's threads sized to the job's one CPU
 

@@ -1,6 +1,7 @@
 """On-device artifacts: the reuse export trains through the TFLite interpreter as in TensorFlow,
 round-trips through save/restore, its Flex ops are inventoried, and the standalone runner
 personalises an exported file from a user data file and writes a timing log (a device profile)."""
+
 import json
 import struct
 import subprocess
@@ -13,11 +14,11 @@ import tf_keras as keras
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device import device_profile, tflite, tflite_reuse
-from ondevice.papers.deeptype import export
 from ondevice.models import lstm_lm
+from ondevice.papers.deeptype import export
+from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.training.trainer import seed_everything
 
 
@@ -29,7 +30,9 @@ def exported():
     samples = build_samples(sents, vocab, 4)
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=0)
     task = NextWordTask()
-    flatbuffer = tflite.convert(inference_reuse.ReuseTrainableModel(model, task, 0.05), inference_reuse.REUSE_SIGNATURES)
+    flatbuffer = tflite.convert(
+        inference_reuse.ReuseTrainableModel(model, task, 0.05), inference_reuse.REUSE_SIGNATURES
+    )
     data = export.user_batches(samples, 16)
     batches = [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
     return model, task, flatbuffer, data, batches
@@ -56,7 +59,9 @@ def test_tflite_reuse_step_equals_train_step(exported):
     a, b = tflite.interpreter(flatbuffer), tflite.interpreter(flatbuffer)
     before = a.get_signature_runner("infer")(tokens=x)["logits"]
     a.get_signature_runner("train")(tokens=x, labels=y)
-    b.get_signature_runner("train_from_cache")(features=b.get_signature_runner("infer_and_cache")(tokens=x)["features"], labels=y)
+    b.get_signature_runner("train_from_cache")(
+        features=b.get_signature_runner("infer_and_cache")(tokens=x)["features"], labels=y
+    )
     after_a = a.get_signature_runner("infer")(tokens=x)["logits"]
     np.testing.assert_allclose(b.get_signature_runner("infer")(tokens=x)["logits"], after_a, atol=1e-5)
     assert not np.allclose(before, after_a, atol=1e-4)
@@ -106,9 +111,26 @@ def test_runner_personalises_an_exported_file_and_writes_a_device_profile(export
     (tmp_path / "m.tflite").write_bytes(flatbuffer)
     np.savez(tmp_path / "user_0.npz", **data)
     log = tmp_path / "log.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "ondevice_runner.py"), "--model", str(tmp_path / "m.tflite"),
-                           "--data", str(tmp_path / "user_0.npz"), "--out", str(log), "--reuse", "--warmup", "1",
-                           "--device", "test-board"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "tools" / "ondevice_runner.py"),
+            "--model",
+            str(tmp_path / "m.tflite"),
+            "--data",
+            str(tmp_path / "user_0.npz"),
+            "--out",
+            str(log),
+            "--reuse",
+            "--warmup",
+            "1",
+            "--device",
+            "test-board",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     profile = device_profile.load_device_profile(log)
     assert profile["device"] == "test-board" and profile["variant"] == "m+reuse"

@@ -1,11 +1,12 @@
 """Fine-tune training: only the softmax layer's weights change, and the training step is cheaper."""
+
 import numpy as np
 
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device.energy.workload import step_flops
 from ondevice.models import lstm_lm
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Trainer, seed_everything
 
 TEXT = "To be, or not to be, that is the question. " * 10 + "Whether 'tis nobler in the mind to suffer. " * 10
@@ -15,7 +16,9 @@ def setup():
     seed_everything(0)
     sents = sentences(TEXT)
     vocab = Vocabulary.from_sentences(sents, 20)
-    return build_samples(sents, vocab, 4), lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 16, 24), seed=0)
+    return build_samples(sents, vocab, 4), lstm_lm.build(
+        lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 16, 24), seed=0
+    )
 
 
 def test_only_softmax_weights_change():

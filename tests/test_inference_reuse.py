@@ -1,14 +1,15 @@
 """Reuse of inference results (DeepType Sec. 5.5): the update from cached last-LSTM outputs is the
 fine-tune update, step for step, and never touches the layers below the softmax."""
+
 import numpy as np
 import pytest
 
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.params import ParameterError
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.params import ParameterError
+from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Trainer, seed_everything
 
 
@@ -31,6 +32,7 @@ def test_features_are_the_last_lstm_outputs_and_give_the_logits(setup):
     out = inference_reuse.infer_and_cache(features_model, head, x)
     lstm = model.get_layer("lstm_2")
     import tf_keras as keras
+
     np.testing.assert_allclose(out["features"].numpy(), keras.Model(model.inputs, lstm.output)(x).numpy(), atol=1e-6)
     np.testing.assert_allclose(out["logits"].numpy(), model(x).numpy(), atol=1e-5)
 
@@ -90,3 +92,25 @@ def test_online_latency_parameters_are_checked():
         exp.Params.for_scale("smoke", lengths=(5,))
     with pytest.raises(ParameterError, match="repeats"):
         exp.Params.for_scale("smoke", repeats=0)
+
+
+def test_on_device_experiments_train_with_the_personal_fields_not_the_global_optimizer(setup):
+    """D6, D8 and D9 build their personal/online trainers from `personal_*` (protocol), so changing
+    the global model's optimizer or rate moves none of them; their presets keep Adam at the rates
+    they always used."""
+    from types import SimpleNamespace
+
+    from ondevice.papers.deeptype import protocol
+    from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as d6
+    from ondevice.papers.deeptype.experiments import deeptype_online_latency as d8
+    from ondevice.papers.deeptype.experiments import energy_governors as d9
+
+    model, _, task, _ = setup
+    for exp, rate in ((d6, 3e-4), (d8, 5e-4), (d9, 3e-4)):
+        params = exp.Params.for_scale("smoke")
+        assert (params.personal_optimizer, params.personal_learning_rate) == ("adam", rate)
+    params = d8.Params.for_scale("smoke", optimizer="sgd", global_learning_rate=0.5, personal_learning_rate=0.01)
+    _, _, _, online = d8._online(params, SimpleNamespace(model=model, weights={params.seed: model.get_weights()}))
+    trainer = protocol.personal_trainer(params, model, task)
+    for optimizer in (online.optimizer, trainer.optimizer):
+        assert type(optimizer).__name__ == "Adam" and float(optimizer.learning_rate) == pytest.approx(0.01)

@@ -1,5 +1,6 @@
 """The exported personal model trains through the TFLite interpreter (Flex delegate) exactly as in
 TensorFlow, for any task's signature, and its save/restore signatures round-trip the weights."""
+
 import numpy as np
 import pytest
 import tf_keras as keras
@@ -60,8 +61,14 @@ def test_a_classification_task_exports_with_its_own_signature_and_hooks():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8, 8, 8, 1)).astype("float32")
     y = rng.integers(0, 3, size=8).astype("int32")
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, name="conv"),
-                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, name="head")])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(4, 3, name="conv"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3, name="head"),
+        ]
+    )
 
     class HeadOnly(Hook):
         def trainable(self, m, variables):

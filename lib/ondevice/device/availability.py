@@ -21,6 +21,7 @@ happens in windows and must survive the ends of windows. Three pieces:
   checkpoint holds the model's weights only, so resuming is exact for a stateless optimizer
   (SGD) and not for Adam, whose moments restart from zero.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,23 @@ from scipy.optimize import nnls
 
 from ..data import manifests
 from ..models.lstm_lm import LSTMConfig
-from .device_profile import PROFILE_FORMAT
 from . import tflite
+from .device_profile import PROFILE_FORMAT
 
 MANIFEST = "flash_device_times"
-PHONES = {"redmi_note8": "Xiaomi Redmi Note 8", "nexus6": "Motorola/Google Nexus 6",
-          "sumsung_note10": "Samsung Galaxy Note 10"}
+PHONES = {
+    "redmi_note8": "Xiaomi Redmi Note 8",
+    "nexus6": "Motorola/Google Nexus 6",
+    "sumsung_note10": "Samsung Galaxy Note 10",
+}
 # phone-model strings of a trace that name a profiled phone (lower case, matched as substrings)
-MODEL_ALIASES = {"redmi note 8": "redmi_note8", "nexus 6": "nexus6", "note 10": "sumsung_note10",
-                 "sm-n970": "sumsung_note10", "sm-n975": "sumsung_note10"}
+MODEL_ALIASES = {
+    "redmi note 8": "redmi_note8",
+    "nexus 6": "nexus6",
+    "note 10": "sumsung_note10",
+    "sm-n970": "sumsung_note10",
+    "sm-n975": "sumsung_note10",
+}
 LAYERS = ("embedding", "lstm", "output")
 # upstream's normalisation of [in, out, batch, seq]
 NORMS = {"embedding": (1e4, 1e3, 50.0, 10.0), "lstm": (1e3, 1e3, 50.0, 10.0), "output": (1e3, 1e4, 50.0, 10.0)}
@@ -81,21 +90,30 @@ class LayerTimes:
     def batch_seconds(self, config: LSTMConfig, batch: int, seq) -> np.ndarray:
         """Seconds to train one batch of the whole LSTM model (every layer trains) on this phone."""
         head = lambda units: self.layer_seconds("output", units, HEAD_UNITS, batch, seq)
-        total = self.layer_seconds("embedding", config.input_vocab, config.embedding_dim, batch, seq) - head(config.embedding_dim)
+        total = self.layer_seconds("embedding", config.input_vocab, config.embedding_dim, batch, seq) - head(
+            config.embedding_dim
+        )
         width = config.embedding_dim
         for _ in range(config.layers):
-            total = total + self.layer_seconds("lstm", width, config.hidden_units, batch, seq) - head(config.hidden_units)
+            total = (
+                total + self.layer_seconds("lstm", width, config.hidden_units, batch, seq) - head(config.hidden_units)
+            )
             width = config.hidden_units
         return total + self.layer_seconds("output", config.hidden_units, config.output_vocab, batch, seq)
 
     def outside_grid(self, config: LSTMConfig, batch: int, seq: float) -> list[str]:
         """What of this model and batch lies outside the measured range (extrapolated further)."""
         lo, hi = GRID["in_out"]
-        sizes = {"embedding": (config.input_vocab, config.embedding_dim),
-                 "lstm": (min(config.embedding_dim, config.hidden_units), config.hidden_units),
-                 "output": (config.hidden_units, config.output_vocab)}
-        out = [f"{layer} size" for layer, (i, o) in sizes.items()
-               if not (lo <= i / NORMS[layer][0] <= hi and lo <= o / NORMS[layer][1] <= hi)]
+        sizes = {
+            "embedding": (config.input_vocab, config.embedding_dim),
+            "lstm": (min(config.embedding_dim, config.hidden_units), config.hidden_units),
+            "output": (config.hidden_units, config.output_vocab),
+        }
+        out = [
+            f"{layer} size"
+            for layer, (i, o) in sizes.items()
+            if not (lo <= i / NORMS[layer][0] <= hi and lo <= o / NORMS[layer][1] <= hi)
+        ]
         if not GRID["batch"][0] <= batch <= GRID["batch"][1]:
             out.append("batch")
         if not GRID["seq"][0] <= seq <= GRID["seq"][1]:
@@ -116,10 +134,17 @@ def fit_layer_times(phone: str, measurements: dict[str, tuple[np.ndarray, np.nda
         short = _denormalise(layer, X)[3] <= 6
         held, _ = nnls(A[short], y[short])
         rel = np.abs(A[~short] @ held - y[~short]) / y[~short]
-        fit.append({"phone": phone, "layer": layer, "measurements": len(y),
-                    "r2": float(1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()),
-                    "median_rel_error_seq_8_10_from_seq_le_6": float(np.median(rel)),
-                    "measured_min_seconds": float(y.min()), "measured_max_seconds": float(y.max())})
+        fit.append(
+            {
+                "phone": phone,
+                "layer": layer,
+                "measurements": len(y),
+                "r2": float(1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()),
+                "median_rel_error_seq_8_10_from_seq_le_6": float(np.median(rel)),
+                "measured_min_seconds": float(y.min()),
+                "measured_max_seconds": float(y.max()),
+            }
+        )
     return LayerTimes(phone, coef, tuple(fit))
 
 
@@ -148,11 +173,16 @@ def phone_of(model: str, unknown: str) -> str:
 def device_profile(times: LayerTimes, config: LSTMConfig, batch: int, mean_length: float) -> dict:
     """A device profile in the runner-log format (`device.device_profile.load_device_profile`): the
     phone's extrapolated seconds per full training step at `mean_length`."""
-    return {"format": PROFILE_FORMAT, "device": PHONES[times.phone], "variant": "full",
-            "steady_step_seconds": float(times.batch_seconds(config, batch, mean_length)),
-            "mean_length": float(mean_length), "batch_size": int(batch),
-            "source": "extrapolated from FLASH's per-layer DL4J training times (data_manifests/flash_device_times.yaml)",
-            "label": "extrapolated"}
+    return {
+        "format": PROFILE_FORMAT,
+        "device": PHONES[times.phone],
+        "variant": "full",
+        "steady_step_seconds": float(times.batch_seconds(config, batch, mean_length)),
+        "mean_length": float(mean_length),
+        "batch_size": int(batch),
+        "source": "extrapolated from FLASH's per-layer DL4J training times (data_manifests/flash_device_times.yaml)",
+        "label": "extrapolated",
+    }
 
 
 def finish_seconds(windows: np.ndarray, t0, need: float, step: float, overhead: float = 0.0):
@@ -165,7 +195,7 @@ def finish_seconds(windows: np.ndarray, t0, need: float, step: float, overhead: 
     if not len(windows):
         return math.inf if np.ndim(t0) == 0 else np.full(t.shape, 0.0 if needed <= 0 else math.inf)
     steps = np.floor(np.maximum(windows[:, 1] - windows[:, 0] - overhead, 0.0) / step)
-    done = np.concatenate([[0.0], np.cumsum(steps)])   # steps in the windows before window k: done[k]
+    done = np.concatenate([[0.0], np.cumsum(steps)])  # steps in the windows before window k: done[k]
     first = np.searchsorted(windows[:, 1], t, side="right")  # the first window still open at t
     k = np.minimum(first, len(windows) - 1)
     begin = np.maximum(windows[k, 0], t)
@@ -184,11 +214,15 @@ def finish_seconds(windows: np.ndarray, t0, need: float, step: float, overhead: 
 
 def checkpoint_weights(path: str | Path, model) -> list[np.ndarray]:
     """The weights a `save` signature wrote, read back by name (as `restore` does)."""
-    return [tf.raw_ops.Restore(file_pattern=str(path), tensor_name=w.name, dt=w.dtype).numpy().reshape(w.shape)
-            for w in model.weights]
+    return [
+        tf.raw_ops.Restore(file_pattern=str(path), tensor_name=w.name, dt=w.dtype).numpy().reshape(w.shape)
+        for w in model.weights
+    ]
 
 
-def train_across_windows(flatbuffer: bytes, task, batches: list, steps_per_window, checkpoint: str | Path) -> list[float]:
+def train_across_windows(
+    flatbuffer: bytes, task, batches: list, steps_per_window, checkpoint: str | Path
+) -> list[float]:
     """Train `batches` in order through the TFLite file, window by window: each window starts a
     fresh interpreter, restores the last checkpoint (none before the first), trains its steps and
     saves. Returns the losses; the final weights are in `checkpoint`."""
@@ -200,7 +234,7 @@ def train_across_windows(flatbuffer: bytes, task, batches: list, steps_per_windo
         interp = tflite.interpreter(flatbuffer)
         if n:
             interp.get_signature_runner("restore")(checkpoint_path=path)
-        losses += tflite.train_on_device(interp, task, batches[done: done + steps])
+        losses += tflite.train_on_device(interp, task, batches[done : done + steps])
         interp.get_signature_runner("save")(checkpoint_path=path)
         done += steps
     return losses

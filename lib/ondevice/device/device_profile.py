@@ -13,7 +13,9 @@ def load_device_profile(path: str | Path) -> dict:
     """A runner log (a device profile): checked for the fields extrapolation needs."""
     profile = json.loads(Path(path).read_text())
     if profile.get("format") != PROFILE_FORMAT:
-        raise ValueError(f"{path}: not a device profile (format {profile.get('format')!r}, expected {PROFILE_FORMAT!r})")
+        raise ValueError(
+            f"{path}: not a device profile (format {profile.get('format')!r}, expected {PROFILE_FORMAT!r})"
+        )
     for key in ("device", "variant", "steady_step_seconds", "mean_length", "batch_size"):
         if key not in profile:
             raise ValueError(f"{path}: device profile lacks {key!r}")
@@ -27,5 +29,11 @@ def extrapolate_seconds(profile: dict, steps: int, mean_length: float | None = N
     step = float(profile["steady_step_seconds"])
     if mean_length is not None:
         step *= float(mean_length) / float(profile["mean_length"])
-    return {"device": profile["device"], "variant": profile["variant"], "steps": int(steps),
-            "step_seconds": step, "seconds": step * steps, "label": "extrapolated"}
+    return {
+        "device": profile["device"],
+        "variant": profile["variant"],
+        "steps": int(steps),
+        "step_seconds": step,
+        "seconds": step * steps,
+        "label": "extrapolated",
+    }

@@ -36,7 +36,9 @@ def signature_details(interp: tf.lite.Interpreter) -> dict:
         runner = interp.get_signature_runner(name)
         io = {}
         for kind, details in (("inputs", runner.get_input_details()), ("outputs", runner.get_output_details())):
-            io[kind] = {k: {"shape": [int(s) for s in d["shape_signature"]], "dtype": np.dtype(d["dtype"]).name}
-                        for k, d in sorted(details.items())}
+            io[kind] = {
+                k: {"shape": [int(s) for s in d["shape_signature"]], "dtype": np.dtype(d["dtype"]).name}
+                for k, d in sorted(details.items())
+            }
         out[name] = io
     return out

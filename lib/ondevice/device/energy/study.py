@@ -72,15 +72,12 @@ class EnergyParams(Params):
         self.require(self.modelled_cpu_time in ("measured", "counted"), "modelled_cpu_time", "must be measured|counted")
         self.require(BASELINE_GOVERNOR in self.governors, "governors", "must include 'default' (the baseline)")
         self.require(len(set(self.governors)) == len(self.governors), "governors", "must not repeat a governor")
-        self.require(
-            set(self.meters) <= set(meters.MEASURED_METERS), "meters", f"must be among {meters.MEASURED_METERS}"
-        )
+        self.require(set(self.meters) <= set(meters.MEASURED_METERS), "meters", f"must be in {meters.MEASURED_METERS}")
         ok = self.primary_meter in ("auto", "modelled", *self.meters)
         self.require(ok, "primary_meter", "must be auto, modelled or one of `meters`")
         self.require(len(self.external_columns) in (2, 3), "external_columns", "must be (time, power) or (time, I, V)")
-        self.require(
-            self.device_profile in profiles.DEVICES, "device_profile", f"must be one of {sorted(profiles.DEVICES)}"
-        )
+        devices = sorted(profiles.DEVICES)
+        self.require(self.device_profile in devices, "device_profile", f"must be one of {devices}")
         try:
             for g in self.governors:
                 self.governor_model().khz(g)
@@ -128,32 +125,18 @@ class Setup:
     def backends_table(self) -> pd.DataFrame:
         detail = f"{self.device.name}, {self.params.voltage:g} V, busy time = {self.busy_source()}"
         description = self.modelled_meter(self.device.default_governor).description
-        rows = [
-            dict(meter="modelled", label=MODELLED, **{"what it measures": description}, available=True, detail=detail)
-        ]
-        rows += [b.row() for b in self.backends]
-        what = "phone battery over adb while the exported TFLite job trains"
-        rows.append(
-            {
-                "meter": "android-battery (phone job)",
-                "label": MEASURED,
-                "what it measures": what,
-                "available": self.phone[0],
-                "detail": self.phone[1],
-            }
-        )
-        used = lambda r: (
-            "headline" if r["meter"] == self.primary else "reported beside it" if r["available"] else "skipped"
-        )  # noqa: E731
-        return pd.DataFrame(rows).assign(**{"used for": [used(r) for r in rows]})
+        phone = "phone battery over adb while the exported TFLite job trains"
+        rows = [("modelled", MODELLED, description, True, detail)] + [tuple(b.row().values()) for b in self.backends]
+        rows.append(("android-battery (phone job)", MEASURED, phone, *self.phone))
+        table = pd.DataFrame(rows, columns=["meter", "label", "what it measures", "available", "detail"])
+        used = np.where(table.available, "reported beside it", "skipped")
+        return table.assign(**{"used for": np.where(table.meter == self.primary, "headline", used)})
 
     def governors_table(self) -> pd.DataFrame:
         hardware = {g: how for g, _, how in self.passes}
         default = lambda g: self.device.default_governor if g == BASELINE_GOVERNOR else g  # noqa: E731
-        rows = [
-            (g, self.model.describe(default(g)), hardware.get(g, f"not set ({self.cpufreq_status[1]})"))
-            for g in self.params.governors
-        ]
+        why = f"not set ({self.cpufreq_status[1]})"
+        rows = [(g, self.model.describe(default(g)), hardware.get(g, why)) for g in self.params.governors]
         return pd.DataFrame(rows, columns=["governor", "modelled as", "on this machine"])
 
     def cpufreq_table(self) -> pd.DataFrame:
@@ -170,11 +153,8 @@ class Setup:
         """Yields each governor with its setting applied (restored after the pass); appends what was
         set to `settings` (the dict the restore completes). A pass cpufreq refuses is skipped."""
         for governor, setting, how in self.passes:
-            use = (
-                self.cpufreq.use(setting)
-                if setting is not None
-                else contextlib.nullcontext({"setting": None, "how": how})
-            )
+            found = contextlib.nullcontext({"setting": None, "how": how})
+            use = self.cpufreq.use(setting) if setting is not None else found
             try:
                 with use as applied:
                     applied.update(governor=governor, how=how)  # the same dict: `restored` is set on the way out
@@ -189,10 +169,9 @@ class Setup:
 def setup(params: EnergyParams, log=print) -> Setup:
     """Ask every meter whether it can run here, and cpufreq whether governors can be set."""
     device, adb = profiles.device(params.device_profile), Adb(params.android_serial or None)
-    options = dict(external_csv=params.external_csv, external_columns=params.external_columns)
-    backends = meters.discover(
-        params.meters, rapl_root=params.rapl_root, adb=adb, external_time_origin=params.external_time_origin, **options
-    )
+    options = dict(external_csv=params.external_csv, external_columns=params.external_columns, adb=adb)
+    options.update(rapl_root=params.rapl_root, external_time_origin=params.external_time_origin)
+    backends = meters.discover(params.meters, **options)
     backends = [b for b in backends if b.name != "android-battery"]  # a phone measures its own job (measure_phone)
     cpufreq = CpuFreq(params.cpufreq_root)
     status = cpufreq.status()
@@ -213,21 +192,14 @@ def setup(params: EnergyParams, log=print) -> Setup:
     if params.android_job and "android-battery" in params.meters:
         phone = AndroidBatteryMeter(adb).status()
     result = Setup(params, device, params.governor_model(), backends, cpufreq, status, passes, primary, phone)
-    log(
-        f"meters: modelled ({device.name} power profile){''.join(f', {n}' for n in available)}; headline from {primary}"
-    )
+    log(f"meters: modelled ({device.name} power profile){''.join(f', {n}' for n in available)}; headline: {primary}")
     log(f"cpufreq: {status[1]}" + ("" if passes[0][1] is not None else "; governors are modelled only"))
     return result
 
 
 def _describe(setting: Setting) -> str:
-    limits = (
-        ""
-        if setting.max_khz is None
-        else ", max frequency pinned to the minimum"
-        if setting.max_khz == "min"
-        else f", max {setting.max_khz} kHz"
-    )
+    pinned = {None: "", "min": ", max frequency pinned to the minimum"}
+    limits = pinned.get(setting.max_khz, f", max {setting.max_khz} kHz")
     return f"set: {setting.governor or 'governor left as found'}{limits}"
 
 
@@ -257,84 +229,51 @@ def measure_phone(params: EnergyParams, env: Setup, variants, log=print) -> pd.D
     return table
 
 
+ENERGY_COLUMNS = ["meter", "label", "governor", "governor_detail", "seed", "user", "variant", "energy_j", "seconds"]
+
+
+def _normalised(table: pd.DataFrame, baseline: str, on: list[str]) -> pd.DataFrame:
+    """`table` with energy and time divided by those of the `baseline` variant on the default governor."""
+    base = table[(table.variant == baseline) & (table.governor == BASELINE_GOVERNOR)].set_index(on)
+    joined = table.join(base[["energy_j", "seconds"]], on=on, rsuffix="_base")
+    energy_norm, time_norm = joined.energy_j / joined.energy_j_base, joined.seconds / joined.seconds_base
+    return table.assign(energy_norm=energy_norm, time_norm=time_norm)
+
+
 def energy_table(runs: list[dict], env: Setup, baseline: str) -> pd.DataFrame:
     """One row per (meter, governor, seed, user, variant): joules and seconds, labelled measured or
     modelled, both normalised to the same meter's `baseline` variant on the default governor for
     the same seed and user. The modelled meter models the baseline pass under every governor."""
     p, rows, how = env.params, [], {g: h for g, _, h in env.passes}
     for r in runs:
-        key = {k: r[k] for k in ("seed", "user", "variant")}
+        key = (r["seed"], r["user"], r["variant"])
         for name, x in r["_readings"].items():
-            rows.append(
-                dict(
-                    meter=name,
-                    label=x.label,
-                    governor=r["governor"],
-                    governor_detail=how.get(r["governor"], ""),
-                    **key,
-                    energy_j=x.joules,
-                    seconds=x.seconds,
-                    samples=x.samples,
-                    note=x.note,
-                )
-            )
+            detail = how.get(r["governor"], "")
+            rows.append((name, x.label, r["governor"], detail, *key, x.joules, x.seconds, x.samples, x.note))
         if r["governor"] != BASELINE_GOVERNOR:
             continue
-        busy = (
-            r["steady_step_seconds"] * r["steps"]
-            if p.modelled_cpu_time == "measured"
-            else r["gflops"] * 1e9 / (p.flops_per_cycle * env.model.ref_khz * 1e3)
-        )
+        counted = r["gflops"] * 1e9 / (p.flops_per_cycle * env.model.ref_khz * 1e3)
+        busy = r["steady_step_seconds"] * r["steps"] if p.modelled_cpu_time == "measured" else counted
+        note = f"{env.device.name} profile x {env.busy_source()}"
         for governor in p.governors:
             x = env.modelled_meter(governor).reading_for(busy)
-            rows.append(
-                dict(
-                    meter="modelled",
-                    label=MODELLED,
-                    governor=governor,
-                    governor_detail=x.note,
-                    **key,
-                    energy_j=x.joules,
-                    seconds=x.seconds,
-                    samples=x.samples,
-                    note=f"{env.device.name} profile x {env.busy_source()}",
-                )
-            )
-    table = pd.DataFrame(rows)
-    base = table[(table.variant == baseline) & (table.governor == BASELINE_GOVERNOR)]
-    joined = table.join(
-        base.set_index(["meter", "seed", "user"])[["energy_j", "seconds"]],
-        on=["meter", "seed", "user"],
-        rsuffix="_base",
-    )
-    return table.assign(
-        energy_norm=joined.energy_j / joined.energy_j_base, time_norm=joined.seconds / joined.seconds_base
-    )
+            rows.append(("modelled", MODELLED, governor, x.note, *key, x.joules, x.seconds, x.samples, note))
+    table = pd.DataFrame(rows, columns=ENERGY_COLUMNS + ["samples", "note"])
+    return _normalised(table, baseline, ["meter", "seed", "user"])
 
 
 def per_seed(energy: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Per meter and seed: medians over users of energy and time, normalised by the medians of the
     baseline variant on the default governor (the bars of Fig. 9b)."""
-    med = energy.groupby(KEYS, as_index=False)[["energy_j", "seconds"]].median()
-    base = med[(med.variant == baseline) & (med.governor == BASELINE_GOVERNOR)].set_index(["meter", "seed"])
-    joined = med.join(base[["energy_j", "seconds"]], on=["meter", "seed"], rsuffix="_base")
-    return med.assign(
-        energy_norm=joined.energy_j / joined.energy_j_base, time_norm=joined.seconds / joined.seconds_base
-    )
+    medians = energy.groupby(KEYS, as_index=False)[["energy_j", "seconds"]].median()
+    return _normalised(medians, baseline, ["meter", "seed"])
 
 
 def summary_table(energy: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    return (
-        per_seed(energy, baseline)
-        .groupby(KEYS[:4], as_index=False, sort=False)
-        .agg(
-            seeds=("seed", "nunique"),
-            energy_norm=("energy_norm", "mean"),
-            time_norm=("time_norm", "mean"),
-            energy_j_median=("energy_j", "mean"),
-            seconds_median=("seconds", "mean"),
-        )
-    )
+    means = dict(energy_norm=("energy_norm", "mean"), time_norm=("time_norm", "mean"))
+    means.update(energy_j_median=("energy_j", "mean"), seconds_median=("seconds", "mean"))
+    groups = per_seed(energy, baseline).groupby(KEYS[:4], as_index=False, sort=False)
+    return groups.agg(seeds=("seed", "nunique"), **means)
 
 
 def paired(energy: pd.DataFrame, meter: str, governor: str, variant: str, column: str) -> np.ndarray:
@@ -345,6 +284,8 @@ def paired(energy: pd.DataFrame, meter: str, governor: str, variant: str, column
 
 EFFECT_COLUMNS = {"our change": "change", "ci low": "ci_low", "ci high": "ci_high", "users": "users", "seeds": "seeds"}
 EFFECT_COLUMNS.update({"users improved": "users_improved", "users worse": "users_worse", "sign test p": "sign_test_p"})
+EFFECT_COLUMNS["verdict"] = "verdict"
+STATED = "not stated (only on the default governor)"
 
 
 def direction_claims(energy: pd.DataFrame, params: EnergyParams, full: str, optimised: str, bootstrap: int):
@@ -356,43 +297,20 @@ def direction_claims(energy: pd.DataFrame, params: EnergyParams, full: str, opti
             said = g in ("powersave", "lowest")  # the papers' powersave is the lowest frequency
             less = "less energy (Fig. 9b; AutLearn Fig. 9)" if said else "not in the paper"
             more = "more time (Fig. 9b; AutLearn Fig. 9)" if said else "not in the paper"
+            energy_, time_, default = (optimised, "energy_j"), (optimised, "seconds"), BASELINE_GOVERNOR
+            unoptimised = (full, "energy_j")
             checks = (
-                (
-                    f"{g} lowers the energy of optimised training",
-                    less,
-                    ("default", optimised, "energy_j"),
-                    (g, optimised, "energy_j"),
-                ),
-                (
-                    f"{g} lowers the energy of un-optimised training",
-                    less,
-                    ("default", full, "energy_j"),
-                    (g, full, "energy_j"),
-                ),
-                (
-                    f"{g} makes optimised training take longer",
-                    more,
-                    (g, optimised, "seconds"),
-                    ("default", optimised, "seconds"),
-                ),
-                (
-                    f"optimisation lowers the energy of training under {g}",
-                    "not stated (only on the default governor)",
-                    (g, full, "energy_j"),
-                    (g, optimised, "energy_j"),
-                ),
+                (f"{g} lowers the energy of optimised training", less, (default, *energy_), (g, *energy_)),
+                (f"{g} lowers the energy of un-optimised training", less, (default, *unoptimised), (g, *unoptimised)),
+                (f"{g} makes optimised training take longer", more, (g, *time_), (default, *time_)),
+                (f"optimisation lowers the energy of training under {g}", STATED, (g, *unoptimised), (g, *energy_)),
             )
             for claim, paper, better, worse in checks:
                 rng = streams.rng(params.seed, f"bootstrap/{meter}/{claim}")
-                r = claims.paired_effect(
-                    paired(energy, meter, *better), paired(energy, meter, *worse), rng, n_boot=bootstrap
-                )
+                pair = paired(energy, meter, *better), paired(energy, meter, *worse)
+                r = claims.paired_effect(*pair, rng, n_boot=bootstrap)
                 row = {"effect": claim, "meter": meter, "label": sub.label.iloc[0], "paper": paper}
-                rows.append(
-                    row
-                    | {name: r[key] for name, key in EFFECT_COLUMNS.items()}
-                    | {"verdict": r["verdict"], "level": 0.95}
-                )
+                rows.append(row | {name: r[key] for name, key in EFFECT_COLUMNS.items()} | {"level": 0.95})
     return pd.DataFrame(rows)
 
 
@@ -443,12 +361,13 @@ def hardware_note(result) -> str:
     real, why = notes["measured_on_hardware"], dict(zip(backends.meter, backends.detail))
     why["cpufreq"] = notes["cpufreq"]["status"]
     lines = [f"- **Headline numbers**: {result.tables['effects']['meter'].iloc[0]}."]
+    modelled = f"{notes['power_profile']['device']} power profile x {notes['busy_time']}"
     lines.append(
         f"- **Ran on real hardware in this run**: {', '.join(real)}."
         if real
-        else "- **Nothing was measured on real hardware in this run**: every energy number is modelled "
-        f"({notes['power_profile']['device']} power profile x {notes['busy_time']}), and the governors are "
-        "modelled, not set."
+        else "- **Nothing was measured "
+        f"on real hardware in this run**: every energy number is modelled ({modelled}), and the governors "
+        "are modelled, not set."
     )
     for path, fake in FAKES.items():
         if path not in real:
@@ -464,9 +383,8 @@ def plot_energy(energy: pd.DataFrame, phone: pd.DataFrame | None = None, variant
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    data = pd.concat(
-        [energy] + ([phone.assign(seed=0, user="phone job")] if phone is not None else []), ignore_index=True
-    )
+    phones = [phone.assign(seed=0, user="phone job")] if phone is not None else []
+    data = pd.concat([energy, *phones], ignore_index=True)
     data["training"] = data.variant.map(variants)
     bars = per_seed(data, next(iter(variants))).groupby(KEYS[:4], as_index=False)[["energy_norm", "time_norm"]].mean()
     bars["training"] = bars.variant.map(variants)
@@ -477,22 +395,10 @@ def plot_energy(energy: pd.DataFrame, phone: pd.DataFrame | None = None, variant
         first, order = data[data.meter == meter].iloc[0], list(dict.fromkeys(data[data.meter == meter].governor))
         source = f"modelled: {first.note}" if first.label == MODELLED else f"{meter} (measured)"
         for j, (col, what) in enumerate((("energy_norm", "energy"), ("time_norm", "training time"))):
-            ax, style = (
-                axes[i, j],
-                dict(x="governor", y=col, hue="training", order=order, hue_order=hue, palette=palette),
-            )
-            sns.barplot(data=bars[bars.meter == meter], ax=ax, legend=(i == 0 and j == 0), **style)
-            sns.stripplot(
-                data=data[data.meter == meter],
-                dodge=True,
-                size=3,
-                alpha=0.6,
-                edgecolor="white",
-                linewidth=0.4,
-                ax=ax,
-                legend=False,
-                **style,
-            )
+            ax, style = axes[i, j], dict(x="governor", y=col, hue="training", order=order, hue_order=hue)
+            sns.barplot(data=bars[bars.meter == meter], ax=ax, legend=(i == 0 and j == 0), palette=palette, **style)
+            dots = dict(dodge=True, size=3, alpha=0.6, edgecolor="white", linewidth=0.4, palette=palette)
+            sns.stripplot(data=data[data.meter == meter], ax=ax, legend=False, **dots, **style)
             ax.axhline(1, color="0.5", lw=0.8, ls="--")
             ax.set(xlabel="governor", ylabel=f"normalised {what}", title=f"{what}, {source}" if j == 0 else what)
             ax.title.set_fontsize(9)
@@ -513,21 +419,11 @@ def plot_profile(efficiency: pd.DataFrame, device: str):
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     ax.plot(efficiency.khz / 1000, efficiency.uj_per_mcycle, marker="o", color="#2e4057")
     for row in efficiency[efficiency.governor != ""].itertuples():
-        ax.annotate(
-            row.governor,
-            (row.khz / 1000, row.uj_per_mcycle),
-            xytext=(0, 8),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
-            color="#d1495b",
-        )
+        label = dict(xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8, color="#d1495b")
+        ax.annotate(row.governor, (row.khz / 1000, row.uj_per_mcycle), **label)
     ax.margins(y=0.15)
-    ax.set(
-        xlabel="CPU speed (MHz)",
-        ylabel="energy per 10^6 cycles (uJ)",
-        title=f"{device} power profile (modelled): energy per cycle at each speed",
-    )
+    ax.set(xlabel="CPU speed (MHz)", ylabel="energy per 10^6 cycles (uJ)")
+    ax.set_title(f"{device} power profile (modelled): energy per cycle at each speed")
     sns.despine(fig)
     fig.tight_layout()
     return fig

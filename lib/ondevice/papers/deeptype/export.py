@@ -32,12 +32,13 @@ from ondevice import REPO_ROOT
 # AutLearn's availability notebook reads device profiles through this module.
 from ondevice.device.device_profile import PROFILE_FORMAT, extrapolate_seconds, load_device_profile  # noqa: F401
 
-NOTES = dict.fromkeys(
-    ("svd_compression", "svd_compression_fine_tune_reuse"),
+SVD_NOTE = (
     "softmax factored at 10% of its input width from the global model, without the cloud re-training "
-    "(svd_compression.retrain_global): the file's structure and step cost are the compressed model's, "
-    "its weights are not the re-trained ones",
+    "(svd_compression.retrain_global): the file's structure and step cost are the compressed model's, its "
+    "weights are not the re-trained ones"
 )
+RUNNER = "python tools/ondevice_runner.py --model <file> --data user_0.npz --out log.json"
+NOTES = {"svd_compression": SVD_NOTE, "svd_compression_fine_tune_reuse": SVD_NOTE}
 
 
 def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
@@ -68,13 +69,13 @@ def variant_modules(model, task, learning_rate: float, optimizer: str = "adam") 
     from ondevice.papers.deeptype.techniques.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
 
     compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
+    training = (task, learning_rate, optimizer)
     return {
-        "full": (TrainableModel(model, task, learning_rate, optimizer), SIGNATURES),
-        "fine_tune": (TrainableModel(model, task, learning_rate, optimizer, hooks=[FineTune()]), SIGNATURES),
-        "fine_tune_reuse": (ReuseTrainableModel(model, task, learning_rate, optimizer), REUSE_SIGNATURES),
-        "svd_compression": (TrainableModel(compressed, task, learning_rate, optimizer), SIGNATURES),
-        "svd_compression_fine_tune_reuse": (
-            ReuseTrainableModel(compressed, task, learning_rate, optimizer), REUSE_SIGNATURES),
+        "full": (TrainableModel(model, *training), SIGNATURES),
+        "fine_tune": (TrainableModel(model, *training, hooks=[FineTune()]), SIGNATURES),
+        "fine_tune_reuse": (ReuseTrainableModel(model, *training), REUSE_SIGNATURES),
+        "svd_compression": (TrainableModel(compressed, *training), SIGNATURES),
+        "svd_compression_fine_tune_reuse": (ReuseTrainableModel(compressed, *training), REUSE_SIGNATURES),
     }
 
 
@@ -83,8 +84,12 @@ def describe(flatbuffer: bytes) -> dict:
     from ondevice.device import tflite, tflite_reuse
 
     ops = tflite_reuse.flex_ops(flatbuffer)
-    return {"size_bytes": len(flatbuffer), "needs_flex": bool(ops), "flex_ops": ops,
-            "signatures": tflite_reuse.signature_details(tflite.interpreter(flatbuffer))}
+    return {
+        "size_bytes": len(flatbuffer),
+        "needs_flex": bool(ops),
+        "flex_ops": ops,
+        "signatures": tflite_reuse.signature_details(tflite.interpreter(flatbuffer)),
+    }
 
 
 def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict | None = None, log=print) -> dict:
@@ -105,20 +110,20 @@ def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict |
     for name, (module, signatures) in modules.items():
         flatbuffer = tflite.convert(module, signatures)
         atomic_write(out / f"{name}.tflite", lambda path, b=flatbuffer: path.write_bytes(b))
-        files[f"{name}.tflite"] = {"variant": name, **describe(flatbuffer), **({"note": NOTES[name]} if name in NOTES else {})}
-        log(f"{name}.tflite: {len(flatbuffer) / 1e6:.2f} MB, Flex ops: {', '.join(files[f'{name}.tflite']['flex_ops']) or 'none'}")
+        entry = files[f"{name}.tflite"] = {"variant": name, **describe(flatbuffer)} | (
+            {"note": NOTES[name]} if name in NOTES else {}
+        )
+        log(f"{name}.tflite: {len(flatbuffer) / 1e6:.2f} MB, Flex ops: {', '.join(entry['flex_ops']) or 'none'}")
     user = corpus.split.test[0]
     data = user_batches(corpus.personal(user, p.personal_train_fraction)[0], p.online_batch_size)
     atomic_write(out / "user_0.npz", lambda path: np.savez(open(path, "wb"), **data))
-    manifest = {
-        "scale": scale, "seed": p.seed, "optimizer": p.personal_optimizer, "learning_rate": p.personal_learning_rate,
-        "model": {"input_vocab": corpus.vocab.input_size, "output_vocab": corpus.vocab.size,
-                  "embedding_dim": p.embedding_dim, "hidden_units": p.hidden_units, "lstm_layers": p.lstm_layers},
-        "global_model_from_cache": models.entries[p.seed].hit, "files": files,
-        "user_data": {"user_0.npz": {"user": user, "batches": int(len(data["lengths"])),
-                                     "batch_size": p.online_batch_size, "longest": int(data["tokens"].shape[2])}},
-        "runner": "python tools/ondevice_runner.py --model <file> --data user_0.npz --out log.json",
-    }
+    model = dict(input_vocab=corpus.vocab.input_size, output_vocab=corpus.vocab.size, embedding_dim=p.embedding_dim)
+    model.update(hidden_units=p.hidden_units, lstm_layers=p.lstm_layers)
+    user_data = dict(user=user, batches=int(len(data["lengths"])), batch_size=p.online_batch_size)
+    user_data["longest"] = int(data["tokens"].shape[2])
+    manifest = dict(scale=scale, seed=p.seed, optimizer=p.personal_optimizer, learning_rate=p.personal_learning_rate)
+    manifest.update(model=model, global_model_from_cache=models.entries[p.seed].hit, files=files)
+    manifest.update(user_data={"user_0.npz": user_data}, runner=RUNNER)
     atomic_write(out / "manifest.json", lambda path: path.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
     log(f"wrote {len(files)} models, user_0.npz and manifest.json to {out}")
     return manifest

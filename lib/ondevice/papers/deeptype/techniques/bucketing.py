@@ -13,6 +13,7 @@ Three batch sources, each a `Hook` whose `batches()` replaces the task's batchin
 Each source shuffles with the given generator, covers every sample exactly once per epoch, and
 yields (inputs, labels) right-padded with <pad> (label 0, ignored by the loss).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +23,7 @@ from ondevice.training.trainer import Hook
 
 
 def _chunks(groups: list[np.ndarray], batch_size: int, rng) -> list[np.ndarray]:
-    batches = [g[i: i + batch_size] for g in groups for i in range(0, len(g), batch_size)]
+    batches = [g[i : i + batch_size] for g in groups for i in range(0, len(g), batch_size)]
     if rng is not None:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
@@ -35,15 +36,16 @@ def equal_length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Ge
     return _chunks(groups, batch_size, rng)
 
 
-def bucket_batches(lengths: np.ndarray, boundaries: tuple[int, ...], batch_size: int,
-                   rng: np.random.Generator | None) -> list[tuple[int, np.ndarray]]:
+def bucket_batches(
+    lengths: np.ndarray, boundaries: tuple[int, ...], batch_size: int, rng: np.random.Generator | None
+) -> list[tuple[int, np.ndarray]]:
     """(bucket length, index array) per batch: each sample in the smallest bucket that fits it."""
     order = rng.permutation(len(lengths)) if rng is not None else np.arange(len(lengths))
     bucket = np.minimum(np.searchsorted(np.asarray(boundaries), lengths[order]), len(boundaries) - 1)
     out = []
     for b, size in enumerate(boundaries):
         group = order[bucket == b]
-        out += [(size, group[i: i + batch_size]) for i in range(0, len(group), batch_size)]
+        out += [(size, group[i : i + batch_size]) for i in range(0, len(group), batch_size)]
     if rng is not None:
         out = [out[i] for i in rng.permutation(len(out))]
     return out
@@ -77,16 +79,24 @@ class FixedBuckets(Hook):
         if not boundaries or list(boundaries) != sorted(set(boundaries)) or boundaries[0] < 1:
             raise ValueError(f"bucket boundaries must be increasing positive lengths, got {boundaries}")
         self.boundaries = tuple(boundaries)
-        self.name = "fixed length %d" % boundaries[0] if len(boundaries) == 1 else \
-            f"{len(boundaries)} buckets ({'/'.join(map(str, boundaries))})"
+        self.name = (
+            "fixed length %d" % boundaries[0]
+            if len(boundaries) == 1
+            else f"{len(boundaries)} buckets ({'/'.join(map(str, boundaries))})"
+        )
 
     def batches(self, task, data: Samples, batch_size: int, rng):
-        return [padded_to(data, idx, size) for size, idx in bucket_batches(data.lengths, self.boundaries, batch_size, rng)]
+        return [
+            padded_to(data, idx, size) for size, idx in bucket_batches(data.lengths, self.boundaries, batch_size, rng)
+        ]
 
 
 def padding_stats(batches) -> dict:
     """Real (label != <pad>) and computed positions of a list of (inputs, labels) batches."""
     real = int(sum(int((np.asarray(y) != 0).sum()) for _, y in batches))
     computed = int(sum(np.asarray(y).size for _, y in batches))
-    return {"real_positions": real, "computed_positions": computed,
-            "padded_fraction": 1 - real / computed if computed else float("nan")}
+    return {
+        "real_positions": real,
+        "computed_positions": computed,
+        "padded_fraction": 1 - real / computed if computed else float("nan"),
+    }

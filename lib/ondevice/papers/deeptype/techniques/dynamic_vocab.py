@@ -16,6 +16,7 @@ Our reading of the paper, and the choices where it is silent:
 - Samples are then built with the user's vocabulary: a swapped-in word becomes a label the model
   can suggest, and a replaced global word becomes <unk> for this user (never suggested).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -30,11 +31,11 @@ from ondevice.data.typing_samples import UNK_ID, Vocabulary
 class VocabSwap:
     """A user's vocabulary and which global entries it replaced."""
 
-    vocab: Vocabulary            # the global vocabulary with the swapped entries
-    ids: tuple[int, ...]         # the reused ids, in the order the new words were given them
-    added: tuple[str, ...]       # the user's words now at those ids
-    replaced: tuple[str, ...]    # the global words that were there
-    counts: tuple[int, ...]      # how often the user typed each added word
+    vocab: Vocabulary  # the global vocabulary with the swapped entries
+    ids: tuple[int, ...]  # the reused ids, in the order the new words were given them
+    added: tuple[str, ...]  # the user's words now at those ids
+    replaced: tuple[str, ...]  # the global words that were there
+    counts: tuple[int, ...]  # how often the user typed each added word
 
     @property
     def size(self) -> int:
@@ -68,5 +69,10 @@ def swap(vocab: Vocabulary, history: list[list[str]], min_count: int) -> VocabSw
     words = list(vocab.words)
     for i, (word, _) in zip(free, new):
         words[i] = word
-    return VocabSwap(Vocabulary(tuple(words)), tuple(int(i) for i in free), tuple(w for w, _ in new),
-                     tuple(vocab.words[i] for i in free), tuple(n for _, n in new))
+    return VocabSwap(
+        Vocabulary(tuple(words)),
+        tuple(int(i) for i in free),
+        tuple(w for w, _ in new),
+        tuple(vocab.words[i] for i in free),
+        tuple(n for _, n in new),
+    )

@@ -14,6 +14,7 @@ guarantees, and while no update happened between the inference and the training 
 (the paper's reason why reuse applies to online, not offline, training). `ReuseTrainableModel`
 is the same on the phone: the trainable TFLite export with both signatures added.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,8 +67,7 @@ class OnlineTrainer:
     same softmax variables with the same optimizer; `reset` starts again from given weights.
     """
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
-                 head: str = HEAD):
+    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", head: str = HEAD):
         self.model, self.task = model, task
         self.hooks = [FineTune(head)]
         self.variables = trainable_variables(model, self.hooks)
@@ -77,12 +77,15 @@ class OnlineTrainer:
         sig = task.signature
         self.step_without_reuse = tf.function(
             lambda x, y: train_step(model, task, self.optimizer, self.variables, self.hooks, x, y),
-            input_signature=[sig.inputs, sig.labels])
-        self.infer_and_cache = tf.function(lambda x: infer_and_cache(self.features_model, self.head, x),
-                                           input_signature=[sig.inputs])
+            input_signature=[sig.inputs, sig.labels],
+        )
+        self.infer_and_cache = tf.function(
+            lambda x: infer_and_cache(self.features_model, self.head, x), input_signature=[sig.inputs]
+        )
         self.train_from_cache = tf.function(
             lambda f, y: train_from_cache(self.head, task, self.optimizer, self.variables, f, y),
-            input_signature=[features_spec(model, head), sig.labels])
+            input_signature=[features_spec(model, head), sig.labels],
+        )
 
     def reset(self, weights: list[np.ndarray]) -> None:
         self.model.set_weights(weights)
@@ -97,16 +100,17 @@ class ReuseTrainableModel(TrainableModel):
     """The fine-tune export (only `head` trains) with `infer_and_cache` and `train_from_cache`; its
     `train` is the fine-tune step, and both update the same variables, so a keyboard may mix them."""
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
-                 head: str = HEAD):
+    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", head: str = HEAD):
         super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)])
         self.features_model, self.head = split(model, head)
         sig = task.signature
-        self.infer_and_cache = tf.function(lambda x: infer_and_cache(self.features_model, self.head, x),
-                                           input_signature=[sig.inputs])
+        self.infer_and_cache = tf.function(
+            lambda x: infer_and_cache(self.features_model, self.head, x), input_signature=[sig.inputs]
+        )
         self.train_from_cache = tf.function(
             lambda f, y: {"loss": train_from_cache(self.head, task, self.optimizer, self.variables_to_train, f, y)},
-            input_signature=[features_spec(model, head), sig.labels])
+            input_signature=[features_spec(model, head), sig.labels],
+        )
 
 
 def forward_flops(config, positions: int) -> tuple[float, float]:

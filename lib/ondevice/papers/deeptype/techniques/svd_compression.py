@@ -11,23 +11,25 @@ The output layer keeps the name `softmax`, so fine-tune training (`fine_tune.Fin
 vocabulary compression (`vocab_compression`) act on the compressed model unchanged: they
 compose.
 """
+
 from __future__ import annotations
 
-import inspect
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 import tf_keras as keras
 
-from ondevice.report import provenance
 from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer
 
 SOFTMAX = "softmax"
 PROJECTION = "softmax_svd"
 # code whose change must invalidate a re-trained compressed model (the training loop and task)
-RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm",
-                "ondevice.streams", "ondevice.papers.deeptype.techniques.svd_compression")
+RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
+RETRAIN_CODE += ("ondevice.papers.deeptype.techniques.svd_compression",)
+TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer")
 
 
 def replace_softmax(model: keras.Model, head: Callable, name: str) -> keras.Model:
@@ -70,23 +72,60 @@ def rank_for(hidden_units: int, fraction: float) -> int:
     return max(1, int(round(hidden_units * fraction)))
 
 
-def retrain_global(model: keras.Model, base_key: str, rank: int, crowd, task, *, epochs: int, batch_size: int,
-                   learning_rate: float, optimizer: str, rng_factory: Callable, log=print) -> model_cache.Entry:
-    """Compress the (global) `model` at `rank`, re-train it on the crowd for `epochs`, cached.
+def retrain_global(
+    model: keras.Model, base_key: str, rank: int, crowd, task, *, rng_factory: Callable, log=print, **training
+) -> model_cache.Entry:
+    """Compress the (global) `model` at `rank`, re-train it on the crowd (`training`: epochs,
+    batch_size, learning_rate, optimizer), cached: the key holds the base model's key, the rank,
+    `training`, the crowd's digest and the code. `rng_factory()` gives the batch order (called only
+    when training). Returns the entry; its weights fit `compress(model, rank)`."""
+    epochs, batch_size, learning_rate, optimizer = (training[k] for k in TRAINING)
 
-    The key holds the base model's cache key, the rank, the re-training fields, the crowd's
-    samples digest and the code of the training loop and of this module. `rng_factory()` gives
-    the batch-order generator (called only when training). Returns the entry; its weights fit
-    `compress(model, rank)`.
-    """
     def train():
         compressed = compress(model, rank)
         trainer = Trainer(compressed, task, learning_rate, optimizer)
-        history = trainer.fit(crowd, epochs, batch_size, rng_factory(), log, f"SVD t={rank} re-training") if epochs else []
+        label = f"SVD t={rank} re-training"
+        history = trainer.fit(crowd, epochs, batch_size, rng_factory(), log, label) if epochs else []
         return compressed.get_weights(), {"history": history}
 
-    fields = {"base_key": base_key, "rank": rank, "epochs": epochs, "batch_size": batch_size,
-              "learning_rate": learning_rate, "optimizer": optimizer, "k": getattr(task, "k", None)}
-    code = model_cache.code_digest([f for m in RETRAIN_CODE for f in provenance.module_files(m)],
-                                   extra=inspect.getsource(retrain_global))
-    return model_cache.load_or_train("deeptype_global_svd", fields, [crowd.digest()], code, train, log)
+    fields = {"base_key": base_key, "rank": rank, **{k: training[k] for k in TRAINING}, "k": getattr(task, "k", None)}
+    name, data = "deeptype_global_svd", [crowd.digest()]
+    return model_cache.cached_train(name, fields, data, RETRAIN_CODE, train, log, sources=(retrain_global,))
+
+
+@dataclass
+class Compressed:
+    """Each seed's SVD-compressed global model, re-trained on the crowd (from the model cache)."""
+
+    model: keras.Model
+    rank: int
+    weights: dict
+    entries: dict
+
+    def cache(self) -> pd.DataFrame:
+        rows = [(s, self.rank, e.hit, e.info["train_seconds"], e.key[:16]) for s, e in self.entries.items()]
+        return pd.DataFrame(rows, columns=["seed", "rank", "from_cache", "train_seconds", "key"])
+
+    def history(self) -> pd.DataFrame:
+        rows = [
+            {"phase": "svd re-training", "seed": s, **h} for s, e in self.entries.items() for h in e.info["history"]
+        ]
+        return pd.DataFrame(rows)
+
+
+def compress_globals(models, params, crowd, log=print) -> Compressed:
+    """`retrain_global` for every seed's global model (`common.GlobalModels`) at `params.svd_rank`,
+    re-trained as the global models are (global batch size, rate and optimizer)."""
+    from ondevice import streams
+    from ondevice.tasks.next_word import NextWordTask
+
+    training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size)
+    training.update(learning_rate=params.global_learning_rate, optimizer=params.optimizer)
+    entries = {}
+    for seed in params.seed_list:
+        models.model.set_weights(models.weights[seed])
+        rng = lambda s=seed: streams.rng(s, "batches/svd_retrain")  # noqa: E731
+        args = (models.model, models.entries[seed].key, params.svd_rank, crowd, NextWordTask(params.k))
+        entries[seed] = retrain_global(*args, rng_factory=rng, log=log, **training)
+    shape = compress(models.model, params.svd_rank)
+    return Compressed(shape, params.svd_rank, {s: e.weights for s, e in entries.items()}, entries)

@@ -12,6 +12,7 @@ model's; top-k-eff is (it only counts typed characters).
 
 The input side (the embedding of words and characters) is unchanged: only the softmax is cut.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -27,7 +28,7 @@ from ondevice.papers.deeptype.techniques.svd_compression import SOFTMAX, replace
 class VocabMap:
     """Old word ids that are kept (sorted, starting with <pad>, <unk>) and the old -> new lookup."""
 
-    kept: np.ndarray    # int32, n'
+    kept: np.ndarray  # int32, n'
     lookup: np.ndarray  # int32, V: new id of each old id, UNK_ID for dropped words
 
     @classmethod

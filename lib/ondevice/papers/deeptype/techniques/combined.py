@@ -1,0 +1,60 @@
+"""DeepType's four on-device optimisations composed (Table 2): each personal-training variant is a
+choice of softmax (full, or SVD-compressed, Sec. 5.1), of output vocabulary (global, or the user's
+own words, Sec. 5.2), of trained layers (all, or the softmax only, Sec. 5.4) and of batch source
+(the task's, equal lengths, or fixed buckets, Sec. 5.3). "All combined" is every choice at once,
+built from the same transforms and hooks as each one alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ondevice.papers.deeptype.techniques import bucketing as bk
+from ondevice.papers.deeptype.techniques import vocab_compression as vc
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    svd: bool = False  # start from the SVD-compressed global model
+    vocab: bool = False  # cut the softmax to the user's words
+    fine_tune: bool = False  # train the softmax only
+    batches: str = ""  # "" (the task's) | equal | buckets | fixed
+
+    def source(self, params):
+        """The batch source (a hook; `params.buckets`, `params.fixed_length`), None for the task's."""
+        if self.batches in ("buckets", "fixed"):
+            return bk.FixedBuckets(tuple(params.buckets) if self.batches == "buckets" else (params.fixed_length,))
+        return bk.EqualLength() if self.batches == "equal" else None
+
+    def hooks(self, params) -> list:
+        return [h for h in (FineTune() if self.fine_tune else None, self.source(params)) if h is not None]
+
+    def batch_list(self, task, data, params, rng) -> list:
+        """The batches of one epoch at `params.personal_batch_size`, as the variant's trainer sees them."""
+        hook, size = self.source(params), params.personal_batch_size
+        source = hook.batches(task, data, size, rng) if hook else None
+        return list(source if source is not None else task.batches(data, size, rng))
+
+    def model(self, full, compressed, train, test):
+        """(model with its starting weights set, those weights, train, test, vocabulary map or None)
+        from `full` / `compressed`: (Keras model, weights) pairs of the global and the SVD model."""
+        base, weights = compressed if self.svd else full
+        base.set_weights(weights)
+        if not self.vocab:
+            return base, weights, train, test, None
+        vmap = vc.VocabMap.from_history(train, base.output_shape[-1])
+        model = vc.compress(base, vmap)
+        return model, model.get_weights(), vmap.remap(train), vmap.remap(test), vmap
+
+
+VARIANTS = {
+    "baseline": Variant("personal model (baseline)"),
+    "fine_tune": Variant("fine-tune training", fine_tune=True),
+    "svd": Variant("layer compression (SVD)", svd=True),
+    "vocab": Variant("vocabulary compression", vocab=True),
+    "bucketing": Variant("fine-grained bucketing", batches="equal"),
+    "combined": Variant("all combined", svd=True, vocab=True, fine_tune=True, batches="equal"),
+    "buckets_4": Variant("4 buckets (5/10/20/30)", batches="buckets"),
+    "fixed_length": Variant("fixed length (30)", batches="fixed"),
+}
