@@ -1,10 +1,11 @@
 """D4 at smoke scale (one seed): the rows of every condition, the nested personal data, the
 shared global model, and that personal training with and without the dynamic vocabulary starts
 from the same global weights and sees the same batches."""
+
 import numpy as np
 import pytest
 
-from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
 from ondevice.params import ParameterError
 
@@ -12,21 +13,21 @@ from ondevice.params import ParameterError
 class Shared(common.DeepTypeParams):
     """Only the fields every DeepType notebook shares, at their shared presets."""
 
-    PRESETS = common.presets({})
+    PRESETS = common.PRESETS
 
 
 @pytest.fixture(scope="module")
 def run(speeches, tmp_path_factory):
     calls = []
-    real = exp.incremental_training
+    real = protocol.personalize
 
-    def spy(trainer, weights, data, epochs, batch_size, rng):
-        calls.append({"weights": weights, "data": data, "rng": rng.bit_generator.state})
-        return real(trainer, weights, data, epochs, batch_size, rng)
+    def spy(trainer, weights, data, params, rng, *args, **kwargs):
+        calls.append({"weights": weights, "data": data, "rng": rng.bit_generator.state, "params": params})
+        return real(trainer, weights, data, params, rng, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
-        mp.setattr(exp, "incremental_training", spy)
+        mp.setattr(protocol, "personalize", spy)
         params = exp.Params.for_scale("smoke", seeds=1)
         result = exp.run(params, speeches=speeches, log=lambda _: None)
         # the shared fields alone find the very same global model in the cache
@@ -79,6 +80,7 @@ def test_training_starts_from_the_global_weights_with_the_same_batches(run):
     assert len(calls) == 2 * len(params.data_fractions) * params.test_users
     for call in calls:
         assert all(np.array_equal(a, b) for a, b in zip(call["weights"], shared.weights[0]))
+        assert call["params"] is params  # the protocol's epochs and batch size are the personal fields
     for without, with_ in zip(calls[::2], calls[1::2]):  # P-M* then P-M of one user and data size
         assert without["rng"] == with_["rng"]
         assert np.array_equal(without["data"].offsets, with_["data"].offsets)

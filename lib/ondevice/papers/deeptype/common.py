@@ -1,129 +1,129 @@
 """What every DeepType notebook shares: the users (Shakespeare's roles, or any per-user text file
 given as `corpus`) and their split, the global text (the crowd, or a far corpus such as the Bible)
-and its vocabulary, DeepType's samples, the LSTM, and the global model trained on the global text
-to a plateau on held-out global text (cached, so the DeepType notebooks train it once per machine,
-not once each)."""
+with its vocabulary and samples, the LSTM, and the global model trained on the global text to a
+plateau of held-out global text (cached: trained once per machine, not once per notebook)."""
+
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ondevice import params as _params
 from ondevice import streams
 from ondevice.data import bible, manifests, shakespeare, user_text
 from ondevice.data.splits import SplitRule, UserSplit, make_split, split_history
-from ondevice.data.typing_samples import CHARS, UNK_ID, Samples, Vocabulary, build_samples
+from ondevice.data.typing_samples import CHARS, UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.params import ParameterError, Params
-from ondevice.report import provenance
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache
-from ondevice.training.trainer import Trainer, seed_everything
+from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 DATASET = "shakespeare"
 
-# Model and global-training fields per scale (the paper's values are the dataclass defaults).
-# Default: the global model reads ALL crowd text (about 705K words after the 20K-word hold-out) and
-# stops at a plateau: the first epoch that lowers the hold-out loss by less than 1% (at most 8
-# epochs; with a 3-epoch cap the loss was still falling 4% per epoch). Sized for the 2-core CPU:
-# at batch 128 this LSTM ran about 19 steps/s (5K steps, about 4.5 minutes, per epoch; measured
-# against the larger 96/160/5-word model at 11.8 steps/s in the same process), so one global model
-# costs at most about 40 minutes cold, once per machine, and nothing once cached. One global model per corpus
-# (global_seeds=1); the seeds repeat the personal training. Global training uses Adam (the paper:
-# mini-batch gradient descent as in TensorFlow's PTB model), a deviation that reaches a plateau in
-# few epochs; personal training follows the paper (SGD, batch 16, 5 epochs).
+# The LSTM and its global training per scale (the paper's values are the dataclass defaults).
 MODEL_PRESETS = {
-    "smoke": dict(vocab_size=800, embedding_dim=32, hidden_units=48, context_words=3,
-                  crowd_max_words=12000, global_epochs=2, global_holdout_words=1500),
-    "default": dict(vocab_size=5000, embedding_dim=64, hidden_units=128, context_words=3,
-                    crowd_max_words=0, global_epochs=8, global_min_improvement=0.01,
-                    global_holdout_words=20000),
+    "smoke": dict(vocab_size=800, embedding_dim=32, hidden_units=48, context_words=3),
+    "default": dict(vocab_size=5000, embedding_dim=64, hidden_units=128, context_words=3),
+    "paper": {},
+}
+# Default: all crowd text (about 705K words after the 20K-word hold-out), stopping at the first epoch
+# that lowers the hold-out loss by less than 1% (with a 3-epoch cap it still fell 4% per epoch):
+# about 4.5 minutes per epoch on the 2-core CPU, at most about 40 minutes cold, once per machine.
+# Adam (the paper: mini-batch gradient descent, as TensorFlow's PTB model) is a deviation that
+# plateaus in few epochs; personal training follows the paper (`protocol`).
+GLOBAL_PRESETS = {
+    "smoke": dict(crowd_max_words=12000, global_epochs=2, global_holdout_words=1500),
+    "default": dict(crowd_max_words=0, global_epochs=8, global_min_improvement=0.01, global_holdout_words=20000),
     "paper": dict(global_epochs=10, global_seeds=3),
 }
-# What decides the global model's weights: its cache key holds these fields, the seed, the split,
-# the data's checksums and the code that trains it.
+SPLIT_PRESETS = {s: dataclasses.asdict(r) for s, r in shakespeare.SPLITS.items()}
+# Every DeepType experiment's presets start from these (`ondevice.params.presets`).
+PRESETS = _params.presets(MODEL_PRESETS, GLOBAL_PRESETS, SPLIT_PRESETS, {"smoke": dict(bootstrap=500)})
+# What decides the global model's weights besides the seed, the split, the data and the code.
 TRAINING_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
-GLOBAL_FIELDS = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers", "context_words", "crowd_max_words",
-                 "global_epochs", "global_batch_size", "global_learning_rate", "optimizer", "global_holdout_words",
-                 "global_patience", "global_min_improvement")
+GLOBAL_FIELDS = tuple(
+    "vocab_size embedding_dim hidden_units lstm_layers context_words crowd_max_words global_epochs global_batch_size "
+    "global_learning_rate optimizer global_holdout_words global_patience global_min_improvement".split()
+)
 GLOBAL_TEXTS = ("crowd", "bible")
 
 
 def presets(extra: dict[str, dict]) -> dict[str, dict]:
-    """A DeepType notebook's presets: the shared model and split presets plus its own fields."""
-    return {scale: {**MODEL_PRESETS[scale], **dataclasses.asdict(shakespeare.SPLITS[scale]), **extra.get(scale, {})}
-            for scale in MODEL_PRESETS}
+    """The shared presets plus an experiment's own fields (same as `ondevice.params.presets(PRESETS, extra)`)."""
+    return _params.presets(PRESETS, extra)
 
 
 @dataclass(frozen=True)
 class DeepTypeParams(Params):
     """Fields every DeepType notebook has; an experiment subclasses it with its own."""
 
-    corpus: str = ""                 # a per-user JSON Lines file (ondevice.data.user_text); "" = Shakespeare
-    k: int = 3                       # suggestions shown (top-k)
-    vocab_size: int = 20000          # output words incl. <pad> and <unk>; paper: 20K
+    corpus: str = ""  # a per-user JSON Lines file (ondevice.data.user_text); "" = Shakespeare
+    k: int = 3  # suggestions shown (top-k)
+    vocab_size: int = 20000  # output words incl. <pad> and <unk>; paper: 20K
     embedding_dim: int = 400
-    hidden_units: int = 400          # paper's softmax input is 400 wide (Sec. 5.1)
+    hidden_units: int = 400  # paper's softmax input is 400 wide (Sec. 5.1)
     lstm_layers: int = 2
-    context_words: int = 10          # previous words of the sentence in each sample
-    crowd_max_words: int = 0         # words of crowd text for the global model; 0 = all
-    test_users: int = 20             # the user split (shared by every notebook on this data set)
+    context_words: int = 10  # previous words of the sentence in each sample
+    crowd_max_words: int = 0  # words of crowd text for the global model; 0 = all
+    test_users: int = 20  # the user split (shared by every notebook on this data set)
     test_min_words: int = 3000
     validation_users: int = 10
     validation_min_words: int = 2000
     validation_max_words: int = 3000
     personal_train_fraction: float = 0.7
-    global_epochs: int = 5           # at most; training stops earlier at a plateau of the hold-out loss
+    global_epochs: int = 5  # at most; training stops earlier at a plateau of the hold-out loss
     global_holdout_words: int = 50000  # global text held out (random sentences) for early stopping; 0 = none
-    global_patience: int = 1         # epochs without improvement before stopping
+    global_patience: int = 1  # epochs without improvement before stopping
     global_min_improvement: float = 0.005  # relative drop of the hold-out loss that counts as improvement
-    global_seeds: int = 1            # global models, for the first min(global_seeds, seeds) seeds; seed i uses model i % that
+    global_seeds: int = 1  # global models, for the first min(global_seeds, seeds) seeds; seed i uses model i % that
     global_batch_size: int = 128
     global_learning_rate: float = 0.002
-    optimizer: str = "adam"          # adam | sgd, the global model's optimizer (a deviation: see MODEL_PRESETS)
-    # Personal (on-device incremental) training, DeepType Sec. 4.1: "almost the same" configuration
-    # as the global model's, except batch 16, mini-batch gradient descent, 5 epochs (Table 1).
+    optimizer: str = "adam"  # the global model's optimizer (a deviation: see MODEL_PRESETS)
+    # Personal (on-device incremental) training, Sec. 4.1 and Table 1: the global configuration but
+    # batch 16, mini-batch gradient descent, 5 epochs (`protocol` trains with these fields only).
     personal_optimizer: str = "sgd"  # sgd | adam; adam starts from a fresh (zero) state per user
     personal_learning_rate: float = 1.0  # the PTB LSTM configuration DeepType follows ([13]): SGD at 1.0
     personal_epochs: int = 5
     personal_batch_size: int = 16
-    seeds: int = 1                   # repeats over seeds seed, seed+1, ... (training randomness only;
-                                     # the split and the crowd sample use `seed` alone)
+    seeds: int = 1  # repeats over seeds seed, seed+1, ... (training only; the split and crowd use `seed`)
+    bootstrap: int = 2000  # resamples of users for the effects' intervals
 
     def check(self) -> None:
-        for name in ("k", "embedding_dim", "hidden_units", "lstm_layers", "test_users", "global_epochs",
-                     "global_batch_size", "test_min_words", "seeds", "global_seeds", "global_patience"):
-            self.require(getattr(self, name) >= 1, name, "must be at least 1")
-        self.require(self.validation_users >= 0, "validation_users", "must be >= 0")
-        self.require(self.validation_min_words < self.validation_max_words, "validation_max_words",
-                     "must be larger than validation_min_words")
-        self.require(self.vocab_size >= 3, "vocab_size", "must be at least 3 (<pad>, <unk> and a word)")
+        self.at_least(1, *"k embedding_dim hidden_units lstm_layers test_users test_min_words seeds".split())
+        self.at_least(1, "global_epochs", "global_batch_size", "global_seeds", "global_patience", "personal_batch_size")
+        self.at_least(
+            0, "validation_users", "context_words", "crowd_max_words", "global_holdout_words", "personal_epochs"
+        )
+        self.at_least(3, "vocab_size")  # <pad>, <unk> and a word
+        self.at_least(100, "bootstrap")
+        for name in ("global_learning_rate", "personal_learning_rate"):
+            self.require(getattr(self, name) > 0, name, "must be positive")
+        for name in ("optimizer", "personal_optimizer"):
+            self.require(getattr(self, name) in ("adam", "sgd"), name, "must be 'adam' or 'sgd'")
+        val, msg = self.validation_min_words < self.validation_max_words, "must be larger than validation_min_words"
+        self.require(val, "validation_max_words", msg)
         self.require(self.k < self.vocab_size - 2, "k", "must be smaller than the number of words in the vocabulary")
-        self.require(self.context_words >= 0, "context_words", "must be >= 0")
-        self.require(self.crowd_max_words >= 0, "crowd_max_words", "must be >= 0 (0 = all)")
-        self.require(self.global_holdout_words >= 0, "global_holdout_words", "must be >= 0 (0 = no early stopping)")
         self.require(0 <= self.global_min_improvement < 1, "global_min_improvement", "must be in [0, 1)")
-        self.require(not self.corpus or Path(self.corpus).is_file(), "corpus",
-                     "must be a per-user JSON Lines file (user, timestamp, text) or empty for Shakespeare")
+        msg = "must be a per-user JSON Lines file (user, timestamp, text) or empty for Shakespeare"
+        self.require(not self.corpus or Path(self.corpus).is_file(), "corpus", msg)
         self.require(0 < self.personal_train_fraction < 1, "personal_train_fraction", "must be in (0, 1)")
-        self.require(self.global_learning_rate > 0, "global_learning_rate", "must be positive")
-        self.require(self.optimizer in ("adam", "sgd"), "optimizer", "must be 'adam' or 'sgd'")
-        self.require(self.personal_optimizer in ("adam", "sgd"), "personal_optimizer", "must be 'adam' or 'sgd'")
-        self.require(self.personal_learning_rate > 0, "personal_learning_rate", "must be positive")
-        self.require(self.personal_epochs >= 0, "personal_epochs", "must be >= 0 (0 = no personal training)")
-        self.require(self.personal_batch_size >= 1, "personal_batch_size", "must be at least 1")
+
+    def at_least(self, minimum: float, *names: str) -> None:
+        for name in names:
+            self.require(getattr(self, name) >= minimum, name, f"must be at least {minimum}")
 
     @property
     def seed_list(self) -> list[int]:
         return [self.seed + i for i in range(self.seeds)]
 
     def split_rule(self) -> SplitRule:
-        return SplitRule(self.test_users, self.test_min_words, self.validation_users, self.validation_min_words,
-                         self.validation_max_words, seed=self.seed)
+        names = ("test_users", "test_min_words", "validation_users", "validation_min_words", "validation_max_words")
+        return SplitRule(*(getattr(self, n) for n in names), seed=self.seed)
 
 
 @dataclass
@@ -132,7 +132,7 @@ class Corpus:
     users' sentences, or a far corpus's), its vocabulary and samples, and the held-out global text
     that decides when global training stops."""
 
-    manifest: manifests.Manifest         # the users' data
+    manifest: manifests.Manifest  # the users' data
     users: dict[str, list[list[str]]]
     split: UserSplit
     crowd: list[list[str]]
@@ -140,7 +140,7 @@ class Corpus:
     crowd_samples: Samples
     context_words: int
     holdout_samples: Samples | None = None
-    global_text: str = "crowd"           # one of GLOBAL_TEXTS
+    global_text: str = "crowd"  # one of GLOBAL_TEXTS
     global_manifest: manifests.Manifest | None = None  # the global text's data set (None: the users')
 
     def personal(self, user: str, train_fraction: float) -> tuple[Samples, Samples]:
@@ -153,30 +153,31 @@ class Corpus:
     def manifests(self) -> list[manifests.Manifest]:
         return [self.manifest] + ([self.global_manifest] if self.global_manifest else [])
 
+    def oov(self, words: list[str]) -> float:
+        return float(np.mean([self.vocab.word_id(w) == UNK_ID for w in words])) if words else float("nan")
+
     def table(self) -> pd.DataFrame:
-        """Users, words and out-of-vocabulary rate per role of the split."""
-        oov = lambda words: float(np.mean([self.vocab.word_id(w) == UNK_ID for w in words])) if words else float("nan")
-        rows = []
-        for role, users in (("crowd", self.split.crowd), ("validation", self.split.validation), ("test", self.split.test)):
-            words = [w for u in users for s in self.users[u] for w in s]
-            rows.append({"role": role, "users": len(users), "words": len(words), "oov_rate": oov(words)})
-        rows.append({"role": f"{self.global_text} text of the global model", "users": len(self.split.crowd) if self.global_text == "crowd" else 0,
-                     "words": sum(map(len, self.crowd)), "oov_rate": oov([w for s in self.crowd for w in s])})
-        return pd.DataFrame(rows)
+        """Users, words and out-of-vocabulary rate per role of the split, and of the global text."""
+        text = lambda users: [w for u in users for s in self.users[u] for w in s]
+        roles = {
+            r: (len(getattr(self.split, r)), text(getattr(self.split, r))) for r in ("crowd", "validation", "test")
+        }
+        users = len(self.split.crowd) if self.global_text == "crowd" else 0
+        roles[f"{self.global_text} text of the global model"] = (users, [w for s in self.crowd for w in s])
+        rows = [(role, n, len(words), self.oov(words)) for role, (n, words) in roles.items()]
+        return pd.DataFrame(rows, columns=["role", "users", "words", "oov_rate"])
 
     def decode(self, sentence: str) -> pd.DataFrame:
         """DeepType's samples of one sentence, decoded (Sec. 2): one row per typed word, with the
         input steps (previous words, then the word's characters) and the label of each step."""
-        from ondevice.data.typing_samples import sentences
-
         samples = build_samples(sentences(sentence), self.vocab, self.context_words)
         name = lambda i: self.vocab.words[i] if i < self.vocab.size else f"'{CHARS[i - self.vocab.size]}'"
-        rows = []
-        for j, target in enumerate(samples.target):
-            a, b = samples.offsets[j], samples.offsets[j + 1]
-            rows.append({"typed word": self.vocab.words[target], "inputs": " ".join(map(name, samples.inputs[a:b])),
-                         "labels": " ".join(map(name, samples.labels[a:b]))})
-        return pd.DataFrame(rows)
+        steps = lambda a, j: " ".join(map(name, a[samples.offsets[j] : samples.offsets[j + 1]]))
+        rows = [
+            (self.vocab.words[t], steps(samples.inputs, j), steps(samples.labels, j))
+            for j, t in enumerate(samples.target)
+        ]
+        return pd.DataFrame(rows, columns=["typed word", "inputs", "labels"])
 
 
 def _global_text(sents: list[list[str]], holdout_words: int, max_words: int, rng: np.random.Generator):
@@ -196,9 +197,17 @@ def _global_text(sents: list[list[str]], holdout_words: int, max_words: int, rng
 def user_file_manifest(path: Path) -> manifests.Manifest:
     """What run.json records about a researcher's own per-user text file (it is nobody's stand-in)."""
     path = Path(path)
-    artifact = manifests.Artifact(path.name, manifests.sha256_of(path), path.stat().st_size, ({"kind": "local", "path": str(path)},))
-    return manifests.Manifest(name=path.stem, path=path, description=f"per-user text from {path}", license="as given by the data's owner",
-                              citation=str(path), scales=("smoke", "default", "paper"), artifacts=(artifact,))
+    source = ({"kind": "local", "path": str(path)},)
+    artifact = manifests.Artifact(path.name, manifests.sha256_of(path), path.stat().st_size, source)
+    return manifests.Manifest(
+        name=path.stem,
+        path=path,
+        description=f"per-user text from {path}",
+        license="as given by the data's owner",
+        citation=str(path),
+        scales=("smoke", "default", "paper"),
+        artifacts=(artifact,),
+    )
 
 
 def read_users(params: DeepTypeParams, speeches=None) -> tuple[manifests.Manifest, dict[str, list[list[str]]]]:
@@ -210,37 +219,41 @@ def read_users(params: DeepTypeParams, speeches=None) -> tuple[manifests.Manifes
 
 def load_corpus(params: DeepTypeParams, speeches=None, log=print, global_text: str = "crowd") -> Corpus:
     """Read the users, split them, take the global text (the crowd's sentences, or the Bible's),
-    hold part of it out, build the vocabulary from the rest.
-
-    Everything here depends on the data and the split seed only, never on the training seeds.
-    """
+    hold part of it out, build the vocabulary from the rest. Depends on the data and `seed` only."""
     if global_text not in GLOBAL_TEXTS:
         raise ParameterError(f"global text must be one of {GLOBAL_TEXTS}, got {global_text!r}")
     manifest, users = read_users(params, speeches)
     try:
         split = make_split(manifest.name, {u: sum(map(len, s)) for u, s in users.items()}, params.split_rule())
     except ValueError as exc:
-        raise ParameterError(f"the user split parameters (test_users, test_min_words, validation_*) ask too much "
-                             f"for {manifest.name}: {exc}") from exc
+        raise ParameterError(
+            f"the user split parameters (test_users, test_min_words, validation_*) ask too much "
+            f"for {manifest.name}: {exc}"
+        ) from exc
     if global_text == "crowd":
         source, global_manifest = [s for u in split.crowd for s in users[u]], None
     else:
         source, global_manifest = user_text.user_sentences(bible.messages()), manifests.load("bible")
         source = [s for sents in source.values() for s in sents]
-    crowd, held = _global_text(source, params.global_holdout_words, params.crowd_max_words,
-                               streams.rng(params.seed, "crowd" if global_text == "crowd" else f"global/{global_text}"))
+    rng = streams.rng(params.seed, "crowd" if global_text == "crowd" else f"global/{global_text}")
+    crowd, held = _global_text(source, params.global_holdout_words, params.crowd_max_words, rng)
     vocab = Vocabulary.from_sentences(crowd, params.vocab_size)
     crowd_samples = build_samples(crowd, vocab, params.context_words)
     holdout = build_samples(held, vocab, params.context_words) if held else None
-    log(f"users: {len(split.crowd)} crowd, {len(split.validation)} validation, {len(split.test)} test; "
+    log(
+        f"users: {len(split.crowd)} crowd, {len(split.validation)} validation, {len(split.test)} test; "
         f"{global_text} text {sum(map(len, crowd))} words -> {len(crowd_samples)} samples "
-        f"(+{sum(map(len, held))} held out); vocabulary {vocab.size}")
-    return Corpus(manifest, users, split, crowd, vocab, crowd_samples, params.context_words, holdout, global_text, global_manifest)
+        f"(+{sum(map(len, held))} held out); vocabulary {vocab.size}"
+    )
+    return Corpus(
+        manifest, users, split, crowd, vocab, crowd_samples, params.context_words, holdout, global_text, global_manifest
+    )
 
 
 def model_config(params: DeepTypeParams, corpus: Corpus) -> lstm_lm.LSTMConfig:
-    return lstm_lm.LSTMConfig(corpus.vocab.input_size, corpus.vocab.size, params.embedding_dim,
-                              params.hidden_units, params.lstm_layers)
+    return lstm_lm.LSTMConfig(
+        corpus.vocab.input_size, corpus.vocab.size, params.embedding_dim, params.hidden_units, params.lstm_layers
+    )
 
 
 def build_model(params: DeepTypeParams, corpus: Corpus, seed: int):
@@ -249,48 +262,36 @@ def build_model(params: DeepTypeParams, corpus: Corpus, seed: int):
 
 def model_card(model) -> dict:
     """Parameter count and float32 size, the numbers DeepType's Table 2 reports per model."""
-    params = int(sum(np.prod(w.shape) for w in model.weights))
-    return {"parameters": params, "size_mb": params * 4 / 1e6,
-            "layers": [{"layer": l.name, "type": type(l).__name__, "parameters": l.count_params()} for l in model.layers]}
+    n = int(sum(np.prod(w.shape) for w in model.weights))
+    layers = [{"layer": x.name, "type": type(x).__name__, "parameters": x.count_params()} for x in model.layers]
+    return {"parameters": n, "size_mb": n * 4 / 1e6, "layers": layers}
 
 
 def global_model(params: DeepTypeParams, corpus: Corpus, seed: int, log=print) -> model_cache.Entry:
     """The global model of one seed, trained on the global text (batch 128) until the hold-out loss
-    stops improving (or `global_epochs`); the best epoch's weights. From the cache if it exists."""
+    improves by less than `global_min_improvement` (relative) for `global_patience` epochs, or for
+    `global_epochs`; it keeps the last improving epoch's weights. From the cache if it exists."""
+
     def train():
-        model = build_model(params, corpus, seed)
-        task = NextWordTask(params.k)
+        model, task = build_model(params, corpus, seed), NextWordTask(params.k)
         trainer = Trainer(model, task, params.global_learning_rate, params.optimizer)
-        rng = streams.rng(seed, "batches/global")
-        history, best, best_loss, waited = [], None, np.inf, 0
-        for epoch in range(1, params.global_epochs + 1):
-            row = trainer.fit(corpus.crowd_samples, 1, params.global_batch_size, rng, log,
-                              f"global {corpus.global_text} (seed {seed})")[0]
-            row["epoch"] = epoch
-            if corpus.holdout_samples is not None:
-                row["holdout_loss"] = float(np.log(task.evaluate(model, corpus.holdout_samples)["perplexity"]))
-                log(f"global {corpus.global_text} (seed {seed}) epoch {epoch}: hold-out loss {row['holdout_loss']:.3f}")
-            history.append(row)
-            loss = row.get("holdout_loss", -epoch)  # without a hold-out: always the last epoch
-            if loss < best_loss * (1 - params.global_min_improvement) or best is None:
-                best, best_loss, waited = model.get_weights(), min(loss, best_loss), 0
-            else:
-                waited += 1
-                if waited >= params.global_patience:
-                    break
-        plateau = waited >= params.global_patience
-        best_epoch = int(np.argmin([h.get("holdout_loss", -h["epoch"]) for h in history])) + 1
-        return best, {"history": history, "best_epoch": best_epoch, "plateau": plateau}
+        held = corpus.holdout_samples
+        evaluate = (lambda m: {"holdout_loss": float(np.log(task.evaluate(m, held)["perplexity"]))}) if held else None
+        stop = Plateau(params.global_patience, params.global_min_improvement) if held else None
+        rng, label = streams.rng(seed, "batches/global"), f"global {corpus.global_text} (seed {seed})"
+        history = trainer.fit(
+            corpus.crowd_samples, params.global_epochs, params.global_batch_size, rng, log, label, evaluate, stop
+        )
+        # reported: the epoch of the lowest hold-out loss (without a hold-out: the last epoch)
+        best = int(np.argmin([h.get("holdout_loss", -h["epoch"]) for h in history])) + 1
+        return model.get_weights(), {"history": list(history), "best_epoch": best, "plateau": history.plateau}
 
     fields = {name: getattr(params, name) for name in GLOBAL_FIELDS}
     fields.update(seed=seed, k=params.k, global_text=corpus.global_text)
-    # the global text's samples themselves (text, vocabulary, split), and the code of the training loop
     data = [a.sha256 for m in corpus.manifests for a in m.artifacts] + [corpus.crowd_samples.digest()]
-    if corpus.holdout_samples is not None:
-        data.append(corpus.holdout_samples.digest())
-    code = model_cache.code_digest([f for m in TRAINING_CODE for f in provenance.module_files(m)],
-                                   extra=inspect.getsource(global_model))
-    return model_cache.load_or_train(f"deeptype_global_{corpus.global_text}", fields, data, code, train, log)
+    data += [corpus.holdout_samples.digest()] if corpus.holdout_samples is not None else []
+    name = f"deeptype_global_{corpus.global_text}"
+    return model_cache.cached_train(name, fields, data, TRAINING_CODE, train, log, sources=(global_model,))
 
 
 @dataclass
@@ -299,7 +300,7 @@ class GlobalModels:
     Keras model whose weights are swapped in per seed. Seeds beyond `global_seeds` share a model."""
 
     model: object
-    weights: dict[int, list[np.ndarray]]   # every run seed -> the weights of its global model
+    weights: dict[int, list[np.ndarray]]  # every run seed -> the weights of its global model
     entries: dict[int, model_cache.Entry]  # every run seed -> its global model's cache entry
 
     @property
@@ -314,14 +315,32 @@ class GlobalModels:
         return {s: self.entries[s] for s in first.values()}
 
     def history(self) -> pd.DataFrame:
-        return pd.DataFrame([{"phase": "global", "seed": s, "user": "", **h}
-                             for s, e in self.unique().items() for h in e.info["history"]])
+        return pd.DataFrame(
+            [
+                {"phase": "global", "seed": s, "user": "", **h}
+                for s, e in self.unique().items()
+                for h in e.info["history"]
+            ]
+        )
 
     def cache(self) -> pd.DataFrame:
-        return pd.DataFrame([{"seed": s, "from_cache": e.hit, "epochs": len(e.info["history"]),
-                              "best_epoch": e.info.get("best_epoch"), "plateau": e.info.get("plateau"),
-                              "used_by_seeds": [t for t, f in self.entries.items() if f.key == e.key],
-                              "train_seconds": e.info["train_seconds"], "key": e.key[:16]} for s, e in self.unique().items()])
+        """Each distinct global model: from the cache or not, epochs, best epoch, plateau reached, seeds, key."""
+        columns = ["seed", "from_cache", "epochs", "best_epoch", "plateau", "used_by_seeds", "train_seconds", "key"]
+        seeds = lambda e: [t for t, f in self.entries.items() if f.key == e.key]
+        rows = [
+            (
+                s,
+                e.hit,
+                len(e.info["history"]),
+                e.info.get("best_epoch"),
+                e.info.get("plateau"),
+                seeds(e),
+                e.info["train_seconds"],
+                e.key[:16],
+            )
+            for s, e in self.unique().items()
+        ]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def train_global(params: DeepTypeParams, corpus: Corpus, log=print) -> GlobalModels:

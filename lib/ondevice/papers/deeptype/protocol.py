@@ -3,14 +3,27 @@ training). Every DeepType experiment (accuracy, personal data, on-device optimis
 energy) builds its personal or online trainer here, from the personal fields of its parameters
 (`personal_optimizer`, `personal_learning_rate`, `personal_epochs`, `personal_batch_size`), never
 from the global model's `optimizer`: changing the global regime must not move a personal result.
+A configuration chosen on validation users (`select`) is a labelled deviation from the paper's.
 """
+
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
+from ondevice import streams
+from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import selection
 from ondevice.training.trainer import History, Hook, Plateau, Trainer
+
+# A personal configuration (as `selection` names it) and the parameter fields that hold it.
+FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning_rate", "epochs": "personal_epochs"}
 
 
 def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_steps: int = 5) -> Trainer:
@@ -18,10 +31,108 @@ def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_ste
     return Trainer(model, task, params.personal_learning_rate, params.personal_optimizer, hooks, warmup_steps)
 
 
-def personalize(trainer: Trainer, global_weights: list[np.ndarray], data, params, rng: np.random.Generator,
-                evaluate=None, stop: Plateau | None = None, log=None, label: str = "") -> History:
+def online_trainer(params, model, task, reuse: bool = True):
+    """The online trainer (Sec. 5.4-5.5): with `reuse`, the softmax alone trains from the features
+    the suggestion's inference cached (`techniques.inference_reuse`); else every layer trains."""
+    if not reuse:
+        return personal_trainer(params, model, task)
+    return OnlineTrainer(model, task, params.personal_learning_rate, params.personal_optimizer)
+
+
+def personalize(
+    trainer: Trainer,
+    global_weights: list[np.ndarray],
+    data,
+    params,
+    rng: np.random.Generator,
+    evaluate=None,
+    stop: Plateau | None = None,
+    log=None,
+    label: str = "",
+) -> History:
     """Incremental training: start from the global weights with a fresh optimizer state and train
     up to `personal_epochs` on the user's data at `personal_batch_size` (with `stop`, until the
     held-out part of the user's training data stops improving; the best epoch is kept)."""
     trainer.reset(global_weights)
     return trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, evaluate, stop)
+
+
+def config(params) -> dict:
+    """The personal configuration of `params`: optimizer, learning rate and epochs."""
+    return {k: getattr(params, field) for k, field in FIELDS.items()}
+
+
+def with_config(params, chosen: dict):
+    """`params` with another personal configuration (e.g. one chosen on validation users)."""
+    return dataclasses.replace(params, **{field: chosen[k] for k, field in FIELDS.items()})
+
+
+class Personal:
+    """Personal training of one model under any personal configuration: a protocol trainer per
+    optimizer and rate (compiled once, reset per user), scored on a user's later lines after the
+    last epoch (or each), with how far the softmax rows of typed and of untyped words moved."""
+
+    def __init__(self, params, model):
+        self.model, self.task, self._trainers = model, NextWordTask(params.k), {}
+        self._softmax = [i for i, w in enumerate(model.weights) if w.name.startswith("softmax") and "kernel" in w.name][
+            0
+        ]
+
+    def trainer(self, params) -> Trainer:
+        key = (params.personal_optimizer, params.personal_learning_rate)
+        if key not in self._trainers:
+            self._trainers[key] = personal_trainer(params, self.model, self.task)
+        return self._trainers[key]
+
+    def score(self, model, test) -> dict:
+        r = self.task.evaluate(model, test)
+        return {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"], "_chars": r["chars_needed"]}
+
+    def score_weights(self, weights: list[np.ndarray], test) -> dict:
+        self.model.set_weights(weights)
+        return self.score(self.model, test)
+
+    def train(self, data, start: list[np.ndarray], params, rng, each_epoch: bool = False) -> list[dict]:
+        """`personalize` from `start` on a user's (train, test): per scored epoch, the scores, the
+        steps and seconds so far, and the mean relative shift of the softmax rows (typed or not)."""
+        (train, test), w0, epochs = data, start[self._softmax], itertools.count(1)
+        seen = np.setdiff1d(np.unique(train.labels), [0, 1])
+        rows = {"seen": seen, "unseen": np.setdiff1d(np.arange(2, w0.shape[1]), seen)}
+
+        def evaluate(model):
+            if not each_epoch and next(epochs) < params.personal_epochs:
+                return {}
+            shift = np.linalg.norm(model.get_weights()[self._softmax] - w0, axis=0) / np.linalg.norm(w0, axis=0)
+            shifts = {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
+            return {**self.score(model, test), **shifts}
+
+        history = personalize(self.trainer(params), start, train, params, rng, evaluate)
+        steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
+        done = [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
+        return [h for h in done if "top_k_eff" in h]
+
+
+def select(params, personal: Personal, start: list[np.ndarray], data: dict, candidates: list[tuple], log=print):
+    """The configuration (optimizer, rate, epochs up to `personal_epochs`) with the best median
+    relative gain of top-k-eff over the users of `data` (user -> (train, test)) from `start`; the
+    table holds every candidate's gain and how far the softmax rows moved."""
+    base = {u: personal.score_weights(start, d[1])["top_k_eff"] for u, d in data.items()}
+    rows = {}
+    for opt, lr in candidates:
+        p = with_config(params, {"optimizer": opt, "learning_rate": lr, "epochs": params.personal_epochs})
+        runs = {
+            u: personal.train(d, start, p, streams.rng(params.seed, f"selection/{u}"), True) for u, d in data.items()
+        }
+        for e in range(params.personal_epochs):
+            at = {u: r[e] for u, r in runs.items()}
+            gain = float(np.median([r["top_k_eff"] / base[u] - 1 for u, r in at.items()]))
+            shift = {
+                f"{k}_row_shift": float(np.median([r[f"{k}_row_shift"] for r in at.values()]))
+                for k in ("unseen", "seen")
+            }
+            rows[opt, lr, e + 1] = {"median_gain_on_validation_users": gain, **shift}
+    configs = [dict(zip(FIELDS, key)) for key in rows]
+    best, table = selection.select(configs, lambda c: rows[tuple(c.values())]["median_gain_on_validation_users"], log)
+    extra = pd.DataFrame(list(rows.values())).drop(columns="median_gain_on_validation_users")
+    table = pd.concat([table.rename(columns={"score": "median_gain_on_validation_users"}), extra], axis=1)
+    return best, table.assign(paper_config=[c == config(params) for c in configs])

@@ -1,13 +1,13 @@
 """DeepType D1 (Fig. 1b): the LSTM global model against word n-gram baselines.
 
 2-gram and 3-gram models with interpolated Kneser-Ney smoothing (`models.ngram`), each with and
-without filtering the suggestions by the typed characters, are counted on the same crowd text
-the global LSTM is trained on and scored with the same top-k-eff on the same test samples: the
-later lines of each test user. The LSTM is the shared global model of every seed (model cache).
+without filtering the suggestions by the typed characters, are counted on the crowd text the
+global LSTM trains on and scored with the same top-k-eff on the same test samples: the later
+lines of each test user. The LSTM is the shared global model of every seed (model cache).
 
-The notebook calls one stage per section: `load_corpus`, `fit_ngrams`, `train_global`, `score`,
-`conclude`; `run` calls them all.
+Stages: `load_corpus`, `fit_ngrams`, `train_global`, `score`, `conclude`; `run` calls them all.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,24 +21,17 @@ from ondevice import streams
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import top_k_eff
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed
-from ondevice.report import claims, record
+from ondevice.papers.deeptype import common, report
+from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.params import presets
+from ondevice.report import claims, facts
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.papers.deeptype import common
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages the notebook calls)
 
 NAME = "deeptype_ngram"
 LSTM = "LSTM"
-
-# Fig. 1b gives bars without numbers in the text; the LSTM's own number is Fig. 2's (default
-# configuration, 10M words), which is what Sec. 3.2 compares the n-grams with.
-PAPER = claims.Paper(
-    citation="Xu et al., DeepType, IMWUT 2018, Sec. 3.2 and Fig. 1b: LSTM vs n-gram models, "
-             "with and without filtering by the typed characters",
-    numbers=(claims.PaperNumber("top-k-eff, LSTM", 0.573, "Sec. 3.2 / Fig. 2: the LSTM trained on 10M words"),),
-    effects=(),
-)
-PAPER_SAYS = "Fig. 1b: the LSTM significantly outperforms the n-gram models given enough data (bars; no number in the text)"
-FILTER_SAYS = "Sec. 3.2: filtering by the typed characters further improves the n-gram's accuracy (no number in the text)"
+# Fig. 1b has bars without numbers; the LSTM's number is Fig. 2's (10M words), which Sec. 3.2 compares.
+PAPER = facts.paper(NAME)
+SAYS = facts.load("deeptype")[NAME]["says"]
 
 
 def ngram_name(order: int, prefix_filter: bool) -> str:
@@ -48,24 +41,16 @@ def ngram_name(order: int, prefix_filter: bool) -> str:
 @dataclass(frozen=True)
 class Params(common.DeepTypeParams):
     ngram_orders: tuple[int, ...] = (2, 3)
-    bootstrap: int = 2000            # resamples of users for each effect's interval
 
-    # The LSTM fields stay the shared presets', so the global models are the same cache entries
-    # as the other DeepType notebooks' (same fields, same seeds -> same model). Nothing here is
-    # random but the global model, so the LSTM is scored once per distinct global model
-    # (min(seeds, global_seeds) of them: one at default, three at paper scale).
-    PRESETS = common.presets({
-        "smoke": dict(bootstrap=500),
-        "paper": dict(seeds=3),
-    })
+    # The model fields are the shared presets', so the LSTMs are the other notebooks' cache entries.
+    PRESETS = presets(common.PRESETS, {"paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()
-        self.require(len(self.ngram_orders) >= 1 and all(n >= 1 for n in self.ngram_orders), "ngram_orders",
-                     "must list n-gram orders of at least 1")
-        self.require(max(self.ngram_orders) - 1 <= self.context_words, "ngram_orders",
-                     f"must not look further back than context_words ({self.context_words}) previous words")
-        self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
+        n = self.ngram_orders
+        self.require(len(n) >= 1 and min(n) >= 1, "ngram_orders", "must list n-gram orders of at least 1")
+        msg = f"must not look further back than context_words ({self.context_words}) previous words"
+        self.require(max(n) - 1 <= self.context_words, "ngram_orders", msg)
 
 
 @dataclass
@@ -77,9 +62,13 @@ class NGrams:
 
     def table(self) -> pd.DataFrame:
         """Per model and order of its interpolation: distinct contexts, n-gram types and discount."""
-        return pd.DataFrame([{"model": f"{n}-gram", "order": m + 1, "contexts": len(o.keys), "ngram_types": int(o.types.sum()),
-                              "counts": "raw" if m + 1 == n else "continuation", "discount": o.discount}
-                             for n, model in self.models.items() for m, o in enumerate(model.orders)])
+        columns = ("model", "order", "contexts", "ngram_types", "counts", "discount")
+        rows = [
+            (f"{n}-gram", m + 1, len(o.keys), int(o.types.sum()), "raw" if m + 1 == n else "continuation", o.discount)
+            for n, model in self.models.items()
+            for m, o in enumerate(model.orders)
+        ]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def fit_ngrams(params: Params, corpus: Corpus, log=print) -> NGrams:
@@ -93,17 +82,14 @@ def fit_ngrams(params: Params, corpus: Corpus, log=print) -> NGrams:
 
 def lstm_word_log_probs(model, samples: Samples, batch_size: int = 512) -> np.ndarray:
     """log P(word | previous words) of the LSTM before any character is typed, for every sample
-    with at least one previous word (NaN for the others): the prediction the n-grams also make,
-    so word perplexities compare."""
-    out = np.full(len(samples), np.nan)
-    idx_all = np.flatnonzero(samples.n_context > 0)
+    with at least one previous word (NaN for the others): what the n-grams predict too."""
+    out, idx_all = np.full(len(samples), np.nan), np.flatnonzero(samples.n_context > 0)
     for start in range(0, len(idx_all), batch_size):
-        idx = idx_all[start: start + batch_size]
+        idx = idx_all[start : start + batch_size]
         nc = samples.n_context[idx]
         x = np.zeros((len(idx), int(nc.max())), np.int32)  # right-padded: a forward LSTM's real positions are exact
         for row, j in enumerate(idx):
-            a = samples.offsets[j]
-            x[row, : nc[row]] = samples.inputs[a: a + nc[row]]
+            x[row, : nc[row]] = samples.inputs[samples.offsets[j] : samples.offsets[j] + nc[row]]
         logits = model(x, training=False).numpy()[np.arange(len(idx)), nc - 1]
         out[idx] = tf.nn.log_softmax(logits).numpy()[np.arange(len(idx)), samples.target[idx]]
     return out
@@ -113,31 +99,38 @@ def _word_perplexity(log_prob: np.ndarray, mask: np.ndarray) -> float:
     return float(np.exp(-np.mean(log_prob[mask])))
 
 
+def _row(model: str, seed, base: dict, eff: float, perplexity: float) -> dict:
+    return {"model": model, "seed": seed, **base, "top_k_eff": eff, "word_perplexity": perplexity}
+
+
 def score(params: Params, corpus: Corpus, models: GlobalModels, ngrams: NGrams, log=print) -> pd.DataFrame:
     """One row per (model, seed, test user): top-k-eff on the user's later lines, and the word
-    perplexity over the words with a previous word (the n-gram rows have no seed: they are
-    counted, not trained)."""
-    task = NextWordTask(params.k)
-    rows = []
-    for n_user, user in enumerate(corpus.split.test, 1):
+    perplexity over the words with a previous word (n-gram rows have no seed: counted, not trained)."""
+    task, rows, users = NextWordTask(params.k), [], corpus.split.test
+    for n_user, user in enumerate(users, 1):
         _, test = corpus.personal(user, params.personal_train_fraction)
-        with_context = test.n_context > 0
-        base = {"user": user, "test_words": len(test), "test_words_with_context": int(with_context.sum()),
-                "test_oov_rate": float(np.mean(test.target == 1))}
+        context, oov = test.n_context > 0, float(np.mean(test.target == 1))
+        base = {
+            "user": user,
+            "test_words": len(test),
+            "test_words_with_context": int(context.sum()),
+            "test_oov_rate": oov,
+        }
+        mine = []
         for n, model in ngrams.models.items():
             for prefix_filter in (False, True):
                 needed, log_prob = chars_needed(model, test, ngrams.prefix, params.k, prefix_filter)
-                rows.append({"model": ngram_name(n, prefix_filter), "seed": pd.NA, **base,
-                             "top_k_eff": top_k_eff(test.word_len, needed),
-                             "word_perplexity": np.nan if prefix_filter else _word_perplexity(log_prob, with_context)})
-        for seed in models.entries:  # each distinct global model once (run seeds may share one)
+                ppl = np.nan if prefix_filter else _word_perplexity(log_prob, context)
+                mine.append(_row(ngram_name(n, prefix_filter), pd.NA, base, top_k_eff(test.word_len, needed), ppl))
+        for seed in models.entries:  # each run seed's global model (seeds may share one)
             models.model.set_weights(models.weights[seed])
-            ev = task.evaluate(models.model, test)
-            rows.append({"model": LSTM, "seed": seed, **base, "top_k_eff": ev["top_k_eff"],
-                         "word_perplexity": _word_perplexity(lstm_word_log_probs(models.model, test), with_context)})
-        mine = [r for r in rows if r["user"] == user]
-        log(f"user {n_user}/{len(corpus.split.test)} {user}: top-{params.k}-eff "
-            + ", ".join(f"{r['model']}{'' if pd.isna(r['seed']) else ' s' + str(r['seed'])} {r['top_k_eff']:.3f}" for r in mine))
+            ppl = _word_perplexity(lstm_word_log_probs(models.model, test), context)
+            mine.append(_row(LSTM, seed, base, task.evaluate(models.model, test)["top_k_eff"], ppl))
+        rows += mine
+        names = [
+            f"{r['model']}{'' if pd.isna(r['seed']) else ' s' + str(r['seed'])} {r['top_k_eff']:.3f}" for r in mine
+        ]
+        log(f"user {n_user}/{len(users)} {user}: top-{params.k}-eff " + ", ".join(names))
     table = pd.DataFrame(rows)
     table["seed"] = table.seed.astype("Int64")
     return table
@@ -148,13 +141,12 @@ def model_names(params: Params) -> list[str]:
 
 
 def _per_seed_users(users: pd.DataFrame, model: str, seeds: list[int]) -> np.ndarray:
-    """(seeds, users) top-k-eff of one model, users in a fixed order; a counted n-gram repeats
-    its one value in every seed, so it pairs with each seed's LSTM."""
+    """(seeds, users) top-k-eff of one model; a counted n-gram repeats its one value in every seed,
+    so it pairs with each seed's LSTM."""
     sel = users[users.model == model]
     if model == LSTM:
-        return sel.pivot(index="seed", columns="user", values="top_k_eff").sort_index().sort_index(axis=1).to_numpy(float)
-    row = sel.set_index("user").sort_index().top_k_eff.to_numpy(float)
-    return np.tile(row, (len(seeds), 1))
+        return report.wide(sel)
+    return np.tile(sel.set_index("user").sort_index().top_k_eff.to_numpy(float), (len(seeds), 1))
 
 
 def summary(params: Params, users: pd.DataFrame) -> pd.DataFrame:
@@ -164,9 +156,15 @@ def summary(params: Params, users: pd.DataFrame) -> pd.DataFrame:
         sel = users[users.model == model]
         keys = sel.seed.dropna().unique()
         groups = [sel[sel.seed == s] for s in keys] if len(keys) else [sel]
-        rows.append({"model": model, "top_k_eff_median": float(np.mean([g.top_k_eff.median() for g in groups])),
-                     "word_perplexity_median": float(np.mean([g.word_perplexity.median() for g in groups])),
-                     "users": sel.user.nunique(), "seeds": len(keys)})
+        rows.append(
+            {
+                "model": model,
+                "top_k_eff_median": float(np.mean([g.top_k_eff.median() for g in groups])),
+                "word_perplexity_median": float(np.mean([g.word_perplexity.median() for g in groups])),
+                "users": sel.user.nunique(),
+                "seeds": len(keys),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -177,70 +175,79 @@ def _lstm_seeds(users: pd.DataFrame) -> list[int]:
 def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
     """The paper's claims, which come without numbers, judged by a paired bootstrap over users:
     the LSTM against each n-gram variant, and the character filter against the plain n-gram."""
-    seeds, rows = _lstm_seeds(users), []
-    pairs = [(f"the LSTM beats the {ngram_name(n, f)} model", LSTM, ngram_name(n, f), PAPER_SAYS)
-             for n in params.ngram_orders for f in (False, True)]
-    pairs += [(f"filtering by typed characters improves the {n}-gram model", ngram_name(n, True), ngram_name(n, False),
-               FILTER_SAYS) for n in params.ngram_orders]
+    seeds, rows, orders = _lstm_seeds(users), [], params.ngram_orders
+    pairs = [
+        (f"the LSTM beats the {ngram_name(n, f)} model", LSTM, ngram_name(n, f), SAYS["lstm"])
+        for n in orders
+        for f in (False, True)
+    ]
+    pairs += [
+        (
+            f"filtering by typed characters improves the {n}-gram model",
+            ngram_name(n, True),
+            ngram_name(n, False),
+            SAYS["filter"],
+        )
+        for n in orders
+    ]
     for claim, better, worse, says in pairs:
         b, w = _per_seed_users(users, better, seeds), _per_seed_users(users, worse, seeds)
         if better != LSTM:  # two counted models: one value per user, no seeds
             b, w = b[:1], w[:1]
-        r = claims.paired_effect(b, w, streams.rng(params.seed, f"bootstrap/{claim}"), n_boot=params.bootstrap)
-        rows.append({"effect": claim, "paper": says, "paper change": np.nan, "our change": r["change"],
-                     "ci low": r["ci_low"], "ci high": r["ci_high"], "users": r["users"], "seeds": r["seeds"],
-                     "users improved": r["users_improved"], "users worse": r["users_worse"],
-                     "sign test p": r["sign_test_p"], "verdict": r["verdict"], "level": 0.95})
+        rng = streams.rng(params.seed, f"bootstrap/{claim}")
+        rows.append(
+            report.effect(b, w, rng, params.bootstrap, {"effect": claim, "paper": says, "paper change": np.nan})
+        )
     return pd.DataFrame(rows)
 
 
 def verdict_text(effects_table: pd.DataFrame, stand_in_data: str | None) -> str:
     """Markdown bullets: each claim's verdict and our change with its interval (the paper gives no number)."""
-    lines = [f"- **{r['effect']}**: {r['verdict']}: {claims.percent(r['our change'])} (95% interval "
-             f"{claims.percent(r['ci low'])} to {claims.percent(r['ci high'])}, {r['users']} users x {r['seeds']} "
-             f"seed{'s' * (r['seeds'] != 1)}). The paper: {r['paper']}." for _, r in effects_table.iterrows()]
+    pct = claims.percent
+    lines = [
+        f"- **{r['effect']}**: {r['verdict']}: {pct(r['our change'])} (95% interval {pct(r['ci low'])} to "
+        f"{pct(r['ci high'])}, {r['users']} users x {r['seeds']} seed{'s' * (r['seeds'] != 1)}). "
+        f"The paper: {r['paper']}."
+        for _, r in effects_table.iterrows()
+    ]
     if stand_in_data:
-        lines.append(f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
-                     "are not comparable with the paper's; the direction and size of each effect are.")
+        lines.append(
+            f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
+            "are not comparable with the paper's; the direction and size of each effect are."
+        )
     return "\n".join(lines)
 
 
-def conclude(params: Params, corpus: Corpus, models: GlobalModels, ngrams: NGrams, users: pd.DataFrame,
-             wall_time_s: float) -> record.Result:
+def conclude(params: Params, corpus: Corpus, models: GlobalModels, ngrams: NGrams, users, wall_time_s: float):
     """Tables, headline numbers per seed, the paper's number beside ours, and the verdicts."""
     seeds = _lstm_seeds(users)
-    best = max((m for m in model_names(params) if m != LSTM),
-               key=lambda m: users[users.model == m].top_k_eff.median())
-    lstm = [float(np.median(v)) for v in _per_seed_users(users, LSTM, seeds)]
-    ngram_best = [float(np.median(v)) for v in _per_seed_users(users, best, seeds)]
-    per_seed = {"top-k-eff, LSTM": lstm, "top-k-eff, best n-gram": ngram_best,
-                "LSTM vs best n-gram, relative": [a / b - 1 for a, b in zip(lstm, ngram_best)]}
+    best = max((m for m in model_names(params) if m != LSTM), key=lambda m: users[users.model == m].top_k_eff.median())
+    lstm, ngram = ([float(np.median(v)) for v in _per_seed_users(users, m, seeds)] for m in (LSTM, best))
+    per_seed = {"top-k-eff, LSTM": lstm, "top-k-eff, best n-gram": ngram}
+    per_seed["LSTM vs best n-gram, relative"] = [a / b - 1 for a, b in zip(lstm, ngram)]
     # the n-grams are counted, not trained: the same value in every seed, within rounding elsewhere
-    headline = {q: claims.headline(v, resolution=1e-4 if q == "top-k-eff, best n-gram" else 0.0) for q, v in per_seed.items()}
+    headline = report.headlines(per_seed, {"top-k-eff, best n-gram": 1e-4})
     table = summary(params, users)
-    ours = {"top-k-eff, LSTM": headline["top-k-eff, LSTM"]["value"]}
-    numbers = claims.paper_vs_ours(PAPER, ours)
-    extra = [{"quantity": f"top-k-eff, {m}", "paper": np.nan, "ours": v, "ours / paper": np.nan,
-              "paper source": "Fig. 1b: below the LSTM (no number in the text)"}
-             for m, v in zip(table.model, table.top_k_eff_median) if m != LSTM]
-    numbers = pd.concat([numbers, pd.DataFrame(extra)], ignore_index=True)
-    card = common.model_card(models.model)
-    tables = {"data": corpus.table(), "ngrams": ngrams.table(), "users": users, "summary": table,
-              "global_model_cache": models.cache(), "headline": claims.headline_table(headline),
-              "paper_vs_ours": numbers, "effects": effects(params, users)}
-    test_words = users.drop_duplicates("user").test_words
-    return record.Result(
-        experiment=NAME, params=params.to_dict(), tables=tables, headline=headline,
-        artifacts={"split.json": corpus.split.to_dict()},
-        data=[corpus.manifest.summary()], stand_in_data=corpus.manifest.stand_in_for, wall_time_s=wall_time_s,
-        notes={"vocabulary_size": corpus.vocab.size, "crowd_words": int(sum(map(len, corpus.crowd))),
-               "test_users": list(corpus.split.test), "test_words": int(test_words.sum()), "seeds": seeds,
-               "split_digest": corpus.split.digest, "best_ngram": best, "model_parameters": card["parameters"],
-               "global_models_from_cache": {s: e.hit for s, e in models.entries.items()}},
+    extra = [
+        (f"top-k-eff, {m}", np.nan, v, np.nan, SAYS["ngram_number"])
+        for m, v in zip(table.model, table.top_k_eff_median)
+    ]
+    numbers = claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()})
+    numbers = pd.concat([numbers, pd.DataFrame(extra[1:], columns=numbers.columns)], ignore_index=True)
+    tables = {
+        "ngrams": ngrams.table(),
+        "users": users,
+        "summary": table,
+        "paper_vs_ours": numbers,
+        "effects": effects(params, users),
+    }
+    test_words = int(users.drop_duplicates("user").test_words.sum())
+    return report.result(
+        NAME, params, corpus, tables, headline, wall_time_s, None, models, test_words=test_words, best_ngram=best
     )
 
 
-def run(params: Params, speeches=None, log=print) -> record.Result:
+def run(params: Params, speeches=None, log=print):
     """All stages in order, as the notebook runs them."""
     start = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
@@ -248,25 +255,3 @@ def run(params: Params, speeches=None, log=print) -> record.Result:
     models = train_global(params, corpus, log)
     users = score(params, corpus, models, ngrams, log)
     return conclude(params, corpus, models, ngrams, users, time.perf_counter() - start)
-
-
-def plot_models(users: pd.DataFrame, params: Params):
-    """Fig. 1b: top-k-eff per model (bar: median over users, seed mean for the LSTM; dots: users),
-    and the word perplexity of the models that predict words."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    order = model_names(params)
-    per_user = users.groupby(["model", "user"], as_index=False)[["top_k_eff", "word_perplexity"]].mean()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]})
-    medians = per_user.groupby("model").top_k_eff.median().reindex(order)
-    axes[0].bar(order, medians, color=["#d1495b"] + ["#8c8c8c", "#5b7ea4"] * len(params.ngram_orders), alpha=0.8)
-    sns.stripplot(data=per_user, x="model", y="top_k_eff", order=order, color="k", size=3, ax=axes[0])
-    axes[0].set(xlabel="", ylabel=f"top-{params.k}-eff (test users' later lines)", title="LSTM vs n-grams (Fig. 1b)")
-    ppl = per_user.dropna(subset=["word_perplexity"])
-    ppl_order = [m for m in order if m in set(ppl.model)]
-    sns.boxplot(data=ppl, x="model", y="word_perplexity", order=ppl_order, color="0.85", ax=axes[1], fliersize=2)
-    axes[1].set(xlabel="", ylabel="word perplexity (per user)", title="next word before any character")
-    sns.despine(fig)
-    fig.tight_layout()
-    return fig
