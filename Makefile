@@ -22,7 +22,7 @@ ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: apt-lists help setup reproduce verify test data lab clean clean-results distclean lock publish browser export bench
+.PHONY: apt-lists help setup reproduce verify test data lab clean clean-results distclean lock publish browser export export-builtin bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ apt-lists:
 
 export: data ## write every personal model as a trainable .tflite, a user data file and manifest.json to results/SCALE/export/
 	$(PY) -m ondevice.papers.deeptype.export --scale $(SCALE)
+
+export-builtin: setup ## every model family as a trainable .tflite in both modes (builtin ops for ai-edge-litert, and Flex), with manifest.json and a step-time/size comparison
+	$(PY) -m ondevice.device.builtin_export --out results/$(SCALE)/export/builtin
 
 bench: setup ## print step-time ratios, TFLite vs TF, reuse latency and achieved vs GEMM FLOP/s (not a test)
 	$(PY) -m ondevice.papers.deeptype.bench

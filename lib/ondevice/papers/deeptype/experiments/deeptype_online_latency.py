@@ -36,7 +36,8 @@ NAME = "deeptype_online_latency"
 PAPER = facts.paper(NAME)
 MODES = ("without reuse", "with reuse", "inference (cached)")
 QUANTILES = ("median", "q10", "q90")
-REF_LENGTH = 18  # the paper: "exceeds 0.4 s when the sequence length is longer than 18"
+VALUES = facts.load("deeptype")["deeptype_online_latency"]["values"]  # Sec. 6.2.3 / Fig. 10b
+REF_LENGTH = VALUES["reference_length"]
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
     """Our measured medians at the paper's reference length beside the paper's values (seconds)."""
     ref = min(params.lengths, key=lambda n: abs(n - REF_LENGTH))
     at = table[(table.length == ref) & (table.way != "inference (cached)")]
-    paper = np.where(at.way == "without reuse", 0.4, 0.04)
+    paper = np.where(at.way == "without reuse", VALUES["seconds_without_reuse"], VALUES["seconds_with_reuse"])
     return at[["runtime", "way", "length"]].assign(paper_seconds=paper, our_median_seconds=at.median_seconds.to_numpy())
 
 

@@ -25,10 +25,12 @@ import pandas as pd
 import psutil
 
 from ondevice import engine, streams
+from ondevice.report import facts
 
 # TensorFlow (through papers.deeptype.common) is imported inside functions only: spawned processes
 # re-import the module that `python -m` ran, and Dask's workers must stay free of TensorFlow.
-PAPER_USERS, PAPER_EPOCHS = 100, 5  # DeepType Sec. 6: 100 test users, 5 personal epochs
+_VALUES = facts.load("deeptype")["scaleout_bench"]["values"]  # DeepType Sec. 6: test users, personal epochs
+PAPER_USERS, PAPER_EPOCHS = _VALUES["test_users"], _VALUES["personal_epochs"]
 
 
 def bench_params(scale: str, seed: int = 0, **overrides):
