@@ -96,11 +96,6 @@ def test_energy_experiment(setup, created, monkeypatch):
     assert built and set(created) == {MINE}
 
 
-@pytest.mark.xfail(
-    reason="deeptype_online_latency builds its OnlineTrainer itself (from the personal fields), "
-    "not through protocol.online_trainer",
-    strict=True,
-)
 def test_online_latency_experiment_d9_through_the_protocol(setup, monkeypatch):
     _, models = setup
     calls = []

@@ -4,8 +4,10 @@
 
 For every notebook present in both trees, every tables/*.csv is compared cell by cell; columns
 whose name says time (seconds, time, steps/s, throughput, speed-up, ratio of times) and the
-run.json keys that are timestamps, durations or code fingerprints are left out. Exits 1 and lists
-the first differences when a number differs beyond --rtol (default 0: bit-identical)."""
+model cache's provenance columns (`key`: a hash that includes the code; `from_cache`: whether this
+run trained the model or an earlier one did) are left out. Columns present on one side only are
+listed as layout changes; the shared columns are compared. Exits 1 and lists the first difference
+per column when a value differs beyond --rtol (default 0: bit-identical)."""
 from __future__ import annotations
 
 import argparse
@@ -19,15 +21,18 @@ import pandas as pd
 CLOCK = re.compile(r"second|time|_s$|per_s|steps/s|throughput|speed|latency|\bms\b|wall|rate_hz|energy|joule|power|watt|duration|elapsed|peak_rss|memory", re.I)
 
 
-def compare_tables(a: Path, b: Path, rtol: float) -> list[str]:
+PROVENANCE = {"key", "from_cache"}
+
+
+def compare_tables(a: Path, b: Path, rtol: float, layout: list[str]) -> list[str]:
     da, db = pd.read_csv(a), pd.read_csv(b)
-    if list(da.columns) != list(db.columns):
-        return [f"{a.name}: columns differ: {sorted(set(da.columns) ^ set(db.columns))}"]
+    if set(da.columns) != set(db.columns):
+        layout.append(f"{a.name}: columns on one side only: {sorted(set(da.columns) ^ set(db.columns))}")
     if len(da) != len(db):
         return [f"{a.name}: {len(da)} rows vs {len(db)}"]
     out = []
-    for col in da.columns:
-        if CLOCK.search(str(col)):
+    for col in [c for c in da.columns if c in db.columns]:
+        if CLOCK.search(str(col)) or col in PROVENANCE:
             continue
         for i, (x, y) in enumerate(zip(da[col], db[col])):
             same = x == y or (isinstance(x, float) and isinstance(y, float) and (math.isnan(x) and math.isnan(y)
@@ -46,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rtol", type=float, default=0.0)
     args = ap.parse_args(argv)
     names = args.notebook or sorted(p.name for p in args.before.iterdir() if (p / "tables").is_dir())
-    failures, checked = [], 0
+    failures, layout, checked = [], [], 0
     for name in names:
         ta, tb = args.before / name / "tables", args.after / name / "tables"
         if not tb.is_dir():
@@ -58,10 +63,14 @@ def main(argv=None) -> int:
         for csv in sorted(ta.glob("*.csv")):
             if (tb / csv.name).is_file():
                 checked += 1
-                failures += [f"{name}/{d}" for d in compare_tables(csv, tb / csv.name, args.rtol)]
-    print(f"{checked} tables compared over {len(names)} notebooks; {len(failures)} differences")
+                before = len(layout)
+                failures += [f"{name}/{d}" for d in compare_tables(csv, tb / csv.name, args.rtol, layout)]
+                layout[before:] = [f"{name}/{d}" for d in layout[before:]]
+    print(f"{checked} tables compared over {len(names)} notebooks; {len(failures)} differences in values")
     for f in failures:
         print("  " + f)
+    for change in layout:
+        print("  layout: " + change)
     return 1 if failures else 0
 
 

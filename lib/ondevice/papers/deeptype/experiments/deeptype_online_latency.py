@@ -25,7 +25,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.device import tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
-from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.papers.deeptype.export import online_batches
 from ondevice.papers.deeptype.techniques import inference_reuse
@@ -71,8 +71,7 @@ def _online(params: Params, models: GlobalModels):
     model = models.model
     model.set_weights(models.weights[params.seed])
     task = NextWordTask(params.k)
-    online = inference_reuse.OnlineTrainer(model, task, params.personal_learning_rate, params.personal_optimizer)
-    return model, model.get_weights(), task, online
+    return model, model.get_weights(), task, protocol.online_trainer(params, model, task, reuse=True)
 
 
 def _user_batches(params: Params, corpus: Corpus, user: str) -> list[tuple[np.ndarray, np.ndarray]]:
