@@ -1,4 +1,4 @@
-"""What a trainable TFLite file holds: the Select TF ops it needs and its signatures.
+"""What a trainable TFLite file holds: the Select TF ops it needs (its signatures: `litert.signature_details`).
 
 `flex_ops(flatbuffer)` lists the Select TF ops a file needs (the Flex delegate runs them): TFLite
 stores a custom operator's name as a flatbuffer string (a little-endian uint32 length, the bytes,
@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 import struct
 
-import numpy as np
-import tensorflow as tf
 
 _FLEX = re.compile(rb"Flex[A-Za-z0-9_]+\x00")
 
@@ -27,18 +25,3 @@ def flex_ops(flatbuffer: bytes) -> list[str]:
         if start >= 4 and struct.unpack_from("<I", flatbuffer, start - 4)[0] == len(name):
             found.add(name[4:].decode())
     return sorted(found)
-
-
-def signature_details(interp: tf.lite.Interpreter) -> dict:
-    """Each signature's inputs and outputs with shapes (-1: any) and dtypes."""
-    out = {}
-    for name in interp.get_signature_list():
-        runner = interp.get_signature_runner(name)
-        io = {}
-        for kind, details in (("inputs", runner.get_input_details()), ("outputs", runner.get_output_details())):
-            io[kind] = {
-                k: {"shape": [int(s) for s in d["shape_signature"]], "dtype": np.dtype(d["dtype"]).name}
-                for k, d in sorted(details.items())
-            }
-        out[name] = io
-    return out

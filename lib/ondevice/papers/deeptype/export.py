@@ -81,14 +81,14 @@ def variant_modules(model, task, learning_rate: float, optimizer: str = "adam") 
 
 def describe(flatbuffer: bytes) -> dict:
     """Manifest entry of one file: signatures, size, Flex need and Select ops."""
-    from ondevice.device import tflite, tflite_reuse
+    from ondevice.device import litert, tflite, tflite_reuse
 
     ops = tflite_reuse.flex_ops(flatbuffer)
     return {
         "size_bytes": len(flatbuffer),
         "needs_flex": bool(ops),
         "flex_ops": ops,
-        "signatures": tflite_reuse.signature_details(tflite.interpreter(flatbuffer)),
+        "signatures": litert.signature_details(tflite.interpreter(flatbuffer)),
     }
 
 
