@@ -33,6 +33,7 @@ import psutil
 
 from ondevice import REPO_ROOT
 from ondevice.params import SCALES
+from ondevice.report import timings
 from ondevice.report.provenance import code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
@@ -329,7 +330,8 @@ def main(argv=None) -> int:
         ap.error(f"--params is not valid JSON: {exc}")
     if not isinstance(params, dict):
         ap.error("--params must be a JSON object")
-    notebooks = sorted(args.notebooks_dir.rglob("*.ipynb"), key=lambda p: p.stem)
+    notebooks = sorted((p for p in args.notebooks_dir.rglob("*.ipynb") if not any(part.startswith((".", "_"))
+                        for part in p.relative_to(args.notebooks_dir).parts)), key=lambda p: p.stem)
     if args.notebook:
         notebooks = [n for n in notebooks if n.stem == args.notebook.removesuffix(".ipynb")]
         if not notebooks:
@@ -360,6 +362,7 @@ def main(argv=None) -> int:
     print(f"[reproduce] {len(statuses)} notebook(s): " + ", ".join(f"{n}={s}" for n, s in statuses.items()), flush=True)
     if comparisons:
         print(summary(comparisons, args.verify), flush=True)
+    timings.report(RESULTS / args.scale)  # per notebook and stage, also in results/<scale>/timings.csv
     if "failed" in statuses.values():
         return EXIT_FAILED
     if args.verify and any(rows and differs(rows) for rows in comparisons.values()):
