@@ -164,8 +164,16 @@ def test_image_head_step_equals_last_layer_hook_on_the_whole_model():
     whole = pre.model.get_weights()
     changed = [i for i, (a, b) in enumerate(zip(pre.weights, whole)) if not np.array_equal(a, b)]
     assert len(changed) == 2  # the head's kernel and bias; BatchNorm statistics untouched
-    for a, b in zip(via_head, whole):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # Both paths update the head from the same features, but compute them through different graphs
+    # (the cached backbone output vs the whole model), so float32 summation order differs: through
+    # the backbone's ~14 layers of sums over hundreds of terms the features, and so the gradient,
+    # agree to ~1e-5 relative (measured: up to 4.1e-6 absolute on another CPU at lr 0.5). Compare
+    # each tensor's update with 1e-4 of its largest change (10x that), plus 4 float32 ulps of the
+    # weights themselves for the final addition w - lr * g.
+    for before, a, b in zip(pre.weights, via_head, whole):
+        update = np.abs(b - before).max()
+        atol = 1e-4 * update + 4 * np.finfo(np.float32).eps * np.abs(before).max()
+        np.testing.assert_allclose(a - before, b - before, rtol=0, atol=atol)
 
 
 def test_text_step_trains_only_the_softmax(speeches, tmp_path, monkeypatch):
