@@ -50,8 +50,12 @@ reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/S
 verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance
 	$(RUNNER) --verify
 
+# Both cores: tests spread over TEST_WORKERS processes; a notebook's tests stay on one worker (tests/conftest.py).
+# The smoke data are fetched first, once, so workers never race to fill the data cache.
+TEST_WORKERS ?= 2
 test: setup browser apt-lists ## unit tests and a papermill run of every notebook at smoke scale
-	$(PY) -m pytest -q
+	$(PY) -m ondevice.data --scale smoke
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # Debian's chromium for the browser test of the site (Playwright drives it; it cannot download
 # browsers here). Installed with apt-get when missing and apt is usable (root, or sudo without a

@@ -41,3 +41,21 @@ def smoke_data():
     for m in manifests.all_manifests():
         if "smoke" in m.scales:
             manifests.fetch(m)
+
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `pytest -n N --dist loadscope`, a notebook's tests share a worker and so one smoke run
+    (module fixtures are per worker); other tests are grouped by module, as loadscope does. (xdist's
+    own loadgroup marks do not reach pytest 9's node ids.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebookScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            if nodeid.startswith("tests/test_notebooks.py::") and nodeid.endswith("]"):
+                return "notebook:" + nodeid.rsplit("[", 1)[1]
+            return nodeid.split("::", 1)[0]
+
+    return NotebookScope(config, log)
