@@ -78,14 +78,16 @@ apt-lists:
 	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else exit 0; fi; \
 	echo "[data] apt-get update (package lists for apt-get download)"; $$sudo apt-get update -qq
 
-export: data ## write every personal model as a trainable .tflite, a user data file and manifest.json to results/SCALE/export/
+export: data ## every personal model as a trainable .tflite in Flex mode (results/SCALE/export/) and every family in builtin mode beside Flex (export/builtin/), with manifests
 	$(PY) -m ondevice.papers.deeptype.export --scale $(SCALE)
+	$(PY) -m ondevice.device.builtin_export --out results/$(SCALE)/export/builtin
 
 export-builtin: setup ## every model family as a trainable .tflite in both modes (builtin ops for ai-edge-litert, and Flex), with manifest.json and a step-time/size comparison
 	$(PY) -m ondevice.device.builtin_export --out results/$(SCALE)/export/builtin
 
-bench: setup ## print step-time ratios, TFLite vs TF, reuse latency and achieved vs GEMM FLOP/s (not a test)
+bench: setup ## print step-time ratios, TFLite vs TF, reuse latency, achieved vs GEMM FLOP/s, builtin vs Flex step time and size (not a test)
 	$(PY) -m ondevice.papers.deeptype.bench
+	$(PY) -m ondevice.device.builtin_export --out build/bench-export
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
 	$(PY) -m ondevice.report.publish --scale $(SCALE) --out site/$(SCALE)

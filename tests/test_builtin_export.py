@@ -100,6 +100,19 @@ def test_lstm_lm_trains_in_litert_as_in_tensorflow(lm, train, optimizer, lr):
     assert ("UNSORTED_SEGMENT_SUM" in ops) == (train == be.TRAIN_ALL)
 
 
+@pytest.mark.parametrize("train", [be.TRAIN_ALL, be.TRAIN_HEAD])
+def test_svd_compressed_lm_trains_in_litert_as_in_tensorflow(lm, train):
+    """DeepType's layer compression: the softmax as a bias-free projection then the softmax; the
+    projection trains with the rest ("all") and is a constant when only the head trains."""
+    model, batches = lm
+    compressed = be._svd_softmax(model, rank=4)
+    check = be.compare(compressed, NextWordTask(), 0.01, batches, "adam", train, sequence_length=8)
+    assert_builtin_only(check["flatbuffer"])
+    assert_parity(check, check["module"].keras_weights(compressed))
+    assert ("softmax_svd_kernel" in check["module"].trained_keys) == (train == be.TRAIN_ALL)
+    assert "softmax_svd_bias" not in check["module"].keys
+
+
 def test_get_and_set_weights_round_trip_exactly_and_infer_matches_keras(lm):
     model, batches = lm
     module = be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_ALL, sequence_length=8)

@@ -81,3 +81,26 @@ def test_a_classification_task_exports_with_its_own_signature_and_hooks():
     interp = tflite.interpreter(result["flatbuffer"])
     inputs = interp.get_signature_runner("train").get_input_details()
     assert set(inputs) == {"inputs", "labels"}
+
+
+def test_parity_table_has_a_column_per_export_mode(next_word):
+    """The one parity table: TensorFlow, the Flex export and the builtin export on the same steps."""
+    model, task, batches = next_word
+    table, flatbuffer = tflite.parity_table(model, task, 0.05, batches, "sgd")
+    assert len(table) == len(batches) and flatbuffer
+    assert (table.builtin == "all").all()
+    np.testing.assert_allclose(table.loss_builtin, table.loss_tensorflow, rtol=1e-4)
+    np.testing.assert_allclose(table.loss_tflite, table.loss_tensorflow, rtol=1e-5)
+    assert table.max_weight_difference_builtin.iloc[0] < 1e-4
+
+
+def test_parity_table_says_why_a_set_up_has_no_builtin_form():
+    """A conv layer that trains has no builtin gradient kernel: the Flex columns stay, the builtin
+    ones are empty and say why."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4, 6, 6, 1)).astype("float32"), rng.integers(0, 2, size=4).astype("int32")
+    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(2, 3, name="conv"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2, name="head")])
+    table, _ = tflite.parity_table(model, ClassificationTask((6, 6, 1), 2), 0.1, [(x, y)] * 2, "sgd")
+    assert table.loss_builtin.isna().all() and table.loss_tflite.notna().all()
+    assert table.builtin.iloc[0].startswith("no builtin form:") and "conv" in table.builtin.iloc[0]

@@ -19,7 +19,9 @@ none. So here the training step is written out with ops that have builtin kernel
   (those that train, and the M-RNN's slot switches) as named tensors; the app stores them itself,
   where the Flex export wrote a checkpoint with Save/Restore ops.
 
-What trains (`train=`): "all" (the LSTM language model: embedding, both LSTMs, softmax; the Colla
+What trains (`train=`): "all" (the LSTM language model: embedding, both LSTMs, softmax, and the
+projection of an SVD-compressed softmax; a vocabulary-compressed or structurally pruned LM is the
+same graph with smaller shapes, a magnitude-pruned one the same with zeros; the Colla
 M-RNN: six embeddings, LSTM, FC) or "head", the last Dense layer (the LM's softmax: DeepType's
 fine-tune and AutLearn's last layer; the classifier of MobileNetV2 and YAMNet, MoIL's LF(1); the
 MobileNetV1 `logits` layer, AutLearn's; the M-RNN's FC). Layers that do not train are constants in
@@ -37,6 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import platform
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -56,6 +60,10 @@ from . import litert
 
 TRAIN_ALL, TRAIN_HEAD = "all", "head"
 SIGNATURES = ("train", "infer", "get_weights", "set_weights")
+
+
+class NotExportable(ValueError):
+    """The model or its training set-up has no builtin-op form here (the message says why)."""
 
 
 # --- layers written with builtin ops -------------------------------------------------------------
@@ -113,7 +121,9 @@ class _LSTM(_Stage):
         if (c["activation"], c["recurrent_activation"], c["use_bias"]) != ("tanh", "sigmoid", True) or (
             c["dropout"] or c["recurrent_dropout"] or c["go_backwards"] or c["stateful"] or c["return_state"]
         ):
-            raise ValueError(f"{layer.name}: only a plain Keras LSTM (tanh, sigmoid, bias, no dropout) is written out")
+            raise NotExportable(
+                f"{layer.name}: only a plain Keras LSTM (tanh, sigmoid, bias, no dropout) is written out"
+            )
         super().__init__([layer], train)
         self.sequences = c["return_sequences"]
 
@@ -172,22 +182,24 @@ class _LSTM(_Stage):
 
 
 class _Dense(_Stage):
-    """Keras's Dense (linear, with bias) on the last axis."""
+    """Keras's Dense (linear, with or without bias: the SVD-compressed softmax's projection has none)
+    on the last axis."""
 
     def __init__(self, layer: keras.layers.Dense, train: bool):
-        if layer.get_config()["activation"] != "linear" or not layer.use_bias:
-            raise ValueError(f"{layer.name}: only a linear Dense layer with bias is written out")
+        if layer.get_config()["activation"] != "linear":
+            raise NotExportable(f"{layer.name}: only a linear Dense layer is written out")
         super().__init__([layer], train)
 
     def forward(self, x):
-        kernel, bias = self.params
-        y = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel) + bias
+        kernel = self.params[0]
+        y = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), kernel)
+        y = y + self.params[1] if len(self.params) == 2 else y
         return tf.reshape(y, [-1, *x.shape[1:-1], kernel.shape[1]]), x
 
     def backward(self, x, dy, need_dx):
-        kernel, _ = self.params
+        kernel = self.params[0]
         x2, dy2 = tf.reshape(x, [-1, kernel.shape[0]]), tf.reshape(dy, [-1, kernel.shape[1]])
-        grads = [tf.matmul(x2, dy2, transpose_a=True), tf.reduce_sum(dy2, axis=0)]
+        grads = [tf.matmul(x2, dy2, transpose_a=True)] + ([tf.reduce_sum(dy2, axis=0)] if len(self.params) == 2 else [])
         dx = tf.reshape(tf.matmul(dy2, kernel, transpose_b=True), [-1, *x.shape[1:]]) if need_dx else None
         return grads, dx
 
@@ -228,9 +240,13 @@ def _stages(model: keras.Model, train: str) -> list[_Stage]:
     chain = None
     if {"embedding", "softmax"} <= names:
         lstms = [layer for layer in model.layers if isinstance(layer, keras.layers.LSTM)]
+        # Dense layers between the last LSTM and the softmax: the SVD-compressed softmax's projection
+        after = model.layers[model.layers.index(lstms[-1]) + 1 : model.layers.index(model.get_layer("softmax"))]
+        projections = [layer for layer in after if isinstance(layer, keras.layers.Dense)]
         chain = (
             [_Embeddings([model.get_layer("embedding")], every)]
             + [_LSTM(layer, every) for layer in lstms]
+            + [_Dense(layer, every) for layer in projections]
             + [_Dense(model.get_layer("softmax"), True)]
         )
     elif {"lstm", "fc"} <= names and {f"embed_{f}" for f in FEATURES} <= names:
@@ -243,13 +259,13 @@ def _stages(model: keras.Model, train: str) -> list[_Stage]:
     if chain is not None:  # a layer with weights outside the chain (a variant's extra layer) would be skipped
         missing = {layer.name for layer in model.layers if layer.weights} - {n for s in chain for n in s.layer_names}
         if missing:
-            raise ValueError(f"{model.name}: builtin export does not write out layers {sorted(missing)}")
+            raise NotExportable(f"{model.name}: builtin export does not write out layers {sorted(missing)}")
         return chain
     head = model.layers[-1]
     if not isinstance(head, keras.layers.Dense):
-        raise ValueError(f"{model.name}: not an LSTM LM, an M-RNN, or a model ending in a Dense head")
+        raise NotExportable(f"{model.name}: not an LSTM LM, an M-RNN, or a model ending in a Dense head")
     if every:
-        raise ValueError(
+        raise NotExportable(
             f"{model.name}: conv, depthwise and batch norm gradients have no builtin kernels; "
             f"only train={TRAIN_HEAD!r} (the Dense head) exports"
         )
@@ -462,6 +478,27 @@ class TrainOnly(Hook):
         return [v for v in variables if id(v) in keep]
 
 
+def train_mode(model: keras.Model, hooks: Sequence[Hook] = ()) -> str:
+    """The `train=` that matches TensorFlow training of `model` with `hooks`: TRAIN_ALL when every
+    layer with weights trains, TRAIN_HEAD when only the last Dense layer does. NotExportable for any
+    other split (MoIL's LF(n>1) trains conv blocks) or a hook that changes the loss or gradients."""
+    for hook in hooks:
+        for method in ("extra_loss", "gradients"):
+            if getattr(type(hook), method) is not getattr(Hook, method):
+                raise NotExportable(f"{type(hook).__name__} changes the {method.replace('_', ' ')}")
+    twin = keras.models.clone_model(model)
+    variables = twin.trainable_variables
+    for hook in hooks:
+        variables = hook.trainable(twin, variables)
+    kept = {id(v) for v in variables}
+    trained = [layer for layer in twin.layers if any(id(v) in kept for v in layer.trainable_variables)]
+    if trained == [layer for layer in twin.layers if layer.trainable_variables]:
+        return TRAIN_ALL
+    if trained == [twin.layers[-1]] and isinstance(twin.layers[-1], keras.layers.Dense):
+        return TRAIN_HEAD
+    raise NotExportable(f"trains {[layer.name for layer in trained]}: only every layer or the last Dense layer")
+
+
 def reference_trainer(
     model: keras.Model, module: BuiltinTrainable, learning_rate: float, optimizer: str = "adam"
 ) -> Trainer:
@@ -569,6 +606,16 @@ def _instances(rng: np.random.Generator) -> list[dict]:
             "batches": text,
         },
         {
+            "name": "deeptype_lstm_svd",
+            "model": _svd_softmax(lstm_lm.build(lm, seed=0), rank=8),
+            "task": NextWordTask(),
+            "lr": 1e-3,
+            **adam,
+            "train": TRAIN_ALL,
+            "sequence_length": 10,
+            "batches": text,
+        },
+        {
             "name": "deeptype_lstm_fine_tune",
             "model": lstm_lm.build(lm, seed=0),
             "task": NextWordTask(),
@@ -625,6 +672,20 @@ def _instances(rng: np.random.Generator) -> list[dict]:
             "batches": places,
         },
     ]
+
+
+def _svd_softmax(model: keras.Model, rank: int) -> keras.Model:
+    """`model` with its softmax kernel replaced by a rank-`rank` factorisation, as DeepType's layer
+    compression builds it: a projection without bias (`softmax_svd`), then the softmax."""
+    kernel, bias = model.get_layer("softmax").get_weights()
+    u, s, vt = np.linalg.svd(kernel, full_matrices=False)
+    features = model.get_layer("softmax").input
+    projection = keras.layers.Dense(rank, use_bias=False, name="softmax_svd")
+    softmax = keras.layers.Dense(kernel.shape[1], name="softmax")
+    compressed = keras.Model(model.input, softmax(projection(features)), name="deeptype_lstm_svd")
+    projection.set_weights([u[:, :rank] * s[:rank]])
+    softmax.set_weights([vt[:rank], bias])
+    return compressed
 
 
 def flex_export(model: keras.Model, module: BuiltinTrainable, learning_rate: float, optimizer: str) -> bytes:
@@ -709,7 +770,25 @@ def main(argv: Sequence[str] | None = None) -> None:
             manifest["files"].update(entries)
             table.append(row)
             print(f"{spec['name']}: exported both modes", flush=True)
-    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    staged = args.out / ".manifest.json.part"  # written whole, then renamed: never a half manifest
+    staged.write_text(json.dumps(manifest, indent=1))
+    staged.replace(args.out / "manifest.json")
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
+    print(
+        f"machine: {platform.machine()} {cpu}, {os.cpu_count()} cores; "
+        f"step time: median of 14 train steps after 2 warm-up, same batches in both modes"
+    )
     with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
         print(pd.DataFrame(table).to_string(index=False))
 

@@ -19,6 +19,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from ..tasks import Task
+from ..tasks.next_word import NextWordTask
 from ..training.trainer import Hook, make_optimizer, train_step, trainable_variables
 
 _PATH = tf.TensorSpec([], tf.string, name="checkpoint_path")
@@ -138,8 +139,30 @@ def parity_table(model: keras.Model, task: Task, learning_rate: float, batches, 
                           "loss_tflite": check["tflite"]})
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
     table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
+    table, builtin = _builtin_columns(table, model, task, learning_rate, batches, optimizer, hooks)
     if log:
         log(f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
             f"max |loss difference| {table.abs_difference.max():.2e}, max |output difference| after them "
-            f"{table.max_output_difference_after.iloc[0]:.2e}")
+            f"{table.max_output_difference_after.iloc[0]:.2e}; {builtin}")
     return table, check["flatbuffer"]
+
+
+def _builtin_columns(table: pd.DataFrame, model, task, learning_rate, batches, optimizer, hooks):
+    """The same steps through the builtin-op export in LiteRT (`device.builtin_export`), from the same
+    weights: its losses, their difference from TensorFlow's, the largest weight difference after the
+    steps, and what trained (`builtin`: all / head), or why the model has no builtin form."""
+    from . import builtin_export
+
+    try:
+        mode = builtin_export.train_mode(model, hooks)
+        length = max(np.shape(x)[1] for x, _ in batches) if isinstance(task, NextWordTask) else None
+        check = builtin_export.compare(model, task, learning_rate, batches, optimizer, mode, length)
+    except builtin_export.NotExportable as why:
+        return table.assign(loss_builtin=np.nan, abs_difference_builtin=np.nan,
+                            max_weight_difference_builtin=np.nan, builtin=f"no builtin form: {why}"), f"builtin: {why}"
+    w_tf, w_lite = check["weights_tensorflow"], check["weights_litert"]
+    table = table.assign(loss_builtin=check["litert"])
+    table["abs_difference_builtin"] = (table.loss_builtin - table.loss_tensorflow).abs()
+    table["max_weight_difference_builtin"] = max(float(np.abs(w_lite[k] - w_tf[k]).max()) for k in w_tf)
+    table["builtin"] = mode
+    return table, (f"builtin export ({mode}) in LiteRT: max |loss difference| {table.abs_difference_builtin.max():.2e}")
