@@ -1,5 +1,6 @@
 """The published site: built from stored results only, offline, robust to incomplete results, and
 checked in a real headless browser (Debian's chromium driven by Playwright)."""
+
 import base64
 import csv
 import io
@@ -50,48 +51,97 @@ def synthetic(tmp_path_factory):
     """A results tree with a complete fake experiment whose text carries HTML, one whose run.json has
     nothing but its name, one whose fields all have the wrong type and one whose run.json is not JSON."""
     root = tmp_path_factory.mktemp("synthetic")
-    results, experiments = root / "results" / "fake", root / "experiments"
-    experiments.mkdir(parents=True)
-    (experiments / "alpha.py").write_text(
-        '"""Alpha: does <b>it</b> hold?"""\nfrom x import claims\nNAME = "alpha"\n'
-        'PAPER = claims.Paper(\n    citation="Doe et al., <Alpha & Co>, "\n             "Venue 2020, Table 1",\n'
-        '    numbers=(),\n    effects=(claims.Effect("tricks <help>", "a", "b"),\n'
-        '             claims.Effect(claim="more | data", better="c", worse="d")),\n)\n')
+    results, papers = root / "results" / "fake", root / "papers"
+    (papers / "doe").mkdir(parents=True)
+    (papers / "doe" / "paper.toml").write_text(
+        '[paper]\nshort = "Alpha"\ntitle = "Alpha"\nauthors = "Doe et al."\nvenue = "Venue 2020"\n\n'
+        '[alpha.claims]\ncitation = "Doe et al., <Alpha & Co>, Venue 2020, Table 1"\n'
+        '[[alpha.claims.effects]]\nclaim = "tricks <help>"\nbetter = "a"\nworse = "b"\n'
+        '[[alpha.claims.effects]]\nclaim = "more | data"\nbetter = "c"\nworse = "d"\n'
+    )
     alpha = results / "alpha"
     png = _png(alpha / "figures" / "curve.png")
     (alpha / "figures" / "curve.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>')
     (alpha / "tables").mkdir(parents=True)
-    rows = [{"effect": "tricks <help>", "paper change": 0.1, "our change": 0.02, "ci low": 0.01, "ci high": 0.03,
-             "users": 12, "seeds": 3, "verdict": "holds", "level": 0.95},
-            {"effect": "more | data", "paper change": 0.05, "our change": -0.01, "ci low": -0.04, "ci high": 0.02,
-             "users": 12, "seeds": 3, "verdict": "within noise", "level": 0.95}]
+    rows = [
+        {
+            "effect": "tricks <help>",
+            "paper change": 0.1,
+            "our change": 0.02,
+            "ci low": 0.01,
+            "ci high": 0.03,
+            "users": 12,
+            "seeds": 3,
+            "verdict": "holds",
+            "level": 0.95,
+        },
+        {
+            "effect": "more | data",
+            "paper change": 0.05,
+            "our change": -0.01,
+            "ci low": -0.04,
+            "ci high": 0.02,
+            "users": 12,
+            "seeds": 3,
+            "verdict": "within noise",
+            "level": 0.95,
+        },
+    ]
     with (alpha / "tables" / "effects.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Alpha <b>bold</b> & friends\n\nText."),
-                nbformat.v4.new_code_cell("plot()", outputs=[nbformat.v4.new_output(
-                    "display_data", data={"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"})])]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Alpha <b>bold</b> & friends\n\nText."),
+        nbformat.v4.new_code_cell(
+            "plot()",
+            outputs=[
+                nbformat.v4.new_output(
+                    "display_data", data={"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"}
+                )
+            ],
+        ),
+    ]
     nbformat.write(nb, alpha / "alpha.ipynb")
-    (alpha / "run.json").write_text(json.dumps({
-        "experiment": "alpha", "scale": "fake", "params": {"k": 3, "note": "<i>x</i>"}, "wall_time_s": 75.0,
-        "stand_in_data": "<img src=x onerror=alert(1)> stands in for private logs.",
-        "data": [{"name": "toy<data>", "license": "MIT", "artifacts": [{"file": "t.tgz", "sha256": "ab" * 32}]}],
-        "headline": {"score": {"value": 0.5, "per_seed": [0.4, 0.5, 0.6], "tolerance": 0.1, "resolution": 0.0}},
-        "environment": {"git": {"commit": "0123456789abcdef", "dirty": True}, "packages": {"numpy": "1"}},
-        "notebook": {"status": "complete", "wall_time_s": 80.5}}))
+    (alpha / "run.json").write_text(
+        json.dumps(
+            {
+                "experiment": "alpha",
+                "scale": "fake",
+                "params": {"k": 3, "note": "<i>x</i>"},
+                "wall_time_s": 75.0,
+                "stand_in_data": "<img src=x onerror=alert(1)> stands in for private logs.",
+                "data": [
+                    {"name": "toy<data>", "license": "MIT", "artifacts": [{"file": "t.tgz", "sha256": "ab" * 32}]}
+                ],
+                "headline": {"score": {"value": 0.5, "per_seed": [0.4, 0.5, 0.6], "tolerance": 0.1, "resolution": 0.0}},
+                "environment": {"git": {"commit": "0123456789abcdef", "dirty": True}, "packages": {"numpy": "1"}},
+                "notebook": {"status": "complete", "wall_time_s": 80.5},
+            }
+        )
+    )
     (results / "beta").mkdir()
     (results / "beta" / "run.json").write_text(json.dumps({"experiment": "beta"}))
     (results / "delta").mkdir()  # every field of the wrong type
-    (results / "delta" / "run.json").write_text(json.dumps({
-        "experiment": "../../delta", "data": 5, "headline": {"x": 3, "y": {"value": "n/a", "per_seed": 2}},
-        "params": [1], "environment": {"packages": [1], "git": "abc"}, "notebook": {"status": None},
-        "stand_in_data": True, "wall_time_s": "slow"}))
+    (results / "delta" / "run.json").write_text(
+        json.dumps(
+            {
+                "experiment": "../../delta",
+                "data": 5,
+                "headline": {"x": 3, "y": {"value": "n/a", "per_seed": 2}},
+                "params": [1],
+                "environment": {"packages": [1], "git": "abc"},
+                "notebook": {"status": None},
+                "stand_in_data": True,
+                "wall_time_s": "slow",
+            }
+        )
+    )
     (results / "gamma #1").mkdir()
     (results / "gamma #1" / "run.json").write_text("{not json")
     site, summary = root / "site" / "fake", root / "SUMMARY.md"
-    entries = publish.build(results, site, summary_path=summary, experiments_dir=experiments)
+    entries = publish.build(results, site, summary_path=summary, papers_dir=papers)
     return site, summary, entries
 
 
@@ -117,9 +167,10 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
         assert cells[3] == (percent(float(row["paper change"])) if row["paper change"] else publish.DASH)
         assert cells[4] == percent(float(row["our change"]))
         if row.get("ci low"):
-            assert cells[5].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
-        assert cells[7] == (row.get("verdict") or "-")
-        assert cells[8].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
+            assert cells[6].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
+        assert cells[8] == (row.get("verdict") or "-") and cells[9] == publish.diagnosis(row)
+        assert cells[10].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
+        assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != publish.DASH
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
 
@@ -161,8 +212,12 @@ def test_incomplete_results_publish_with_dashes_and_text_is_escaped(synthetic):
     assert beta_row.count(">-<") >= 3  # status, verdict, wall time
     rows = _summary_rows(summary.read_text())
     assert "tricks \\<help\\>" in summary.read_text()  # no raw HTML in the Markdown
-    assert [r[2] for r in rows] == ["tricks <help>", "more | data"] and [r[7] for r in rows] == ["holds", "within noise"]
-    assert rows[0][5] == "+1.0% to +3.0% (95%)" and rows[0][6] == "12 x 3" and rows[0][8] == "stand-in"
+    assert [r[2] for r in rows] == ["tricks <help>", "more | data"] and [r[8] for r in rows] == [
+        "holds",
+        "within noise",
+    ]
+    assert rows[0][6] == "+1.0% to +3.0% (95%)" and rows[0][7] == "12 users x 3 seeds" and rows[0][10] == "stand-in"
+    assert rows[0][5] == "0.2x" and rows[0][9] == "unexplained"  # +2% vs +10%: interval excludes it, 5x smaller
 
 
 def test_an_empty_results_directory_publishes_an_index_and_a_missing_one_is_an_error(tmp_path):
@@ -183,9 +238,13 @@ def _chromium() -> str:
     if CHROMIUM.is_file():
         return str(CHROMIUM)
     if _apt_usable():
-        pytest.fail(f"{CHROMIUM} is missing though apt-get is usable here: `make browser` (part of `make test`) installs it")
-    pytest.skip(f"no browser: {CHROMIUM} is missing and apt-get is not available (or needs a password) to install "
-                "Debian's chromium; set ONDEVICE_CHROMIUM to a Chromium binary to run this test")
+        pytest.fail(
+            f"{CHROMIUM} is missing though apt-get is usable here: `make browser` (part of `make test`) installs it"
+        )
+    pytest.skip(
+        f"no browser: {CHROMIUM} is missing and apt-get is not available (or needs a password) to install "
+        "Debian's chromium; set ONDEVICE_CHROMIUM to a Chromium binary to run this test"
+    )
 
 
 def _check_site(browser, site: Path) -> dict:
@@ -258,20 +317,67 @@ def test_site_in_a_real_browser(committed_site, synthetic):
             for site, _, entries in (committed_site, synthetic):
                 report = _check_site(browser, site)
                 assert not report["problems"], "\n".join(report["problems"])
-                assert len(report["pages"]) == 1 + len(entries) + sum((site / e.slug / "notebook.html").is_file()
-                                                                      for e in entries)
+                assert len(report["pages"]) == 1 + len(entries) + sum(
+                    (site / e.slug / "notebook.html").is_file() for e in entries
+                )
                 assert report["images"] >= sum(len(list((site / e.slug / "figures").glob("*.png"))) for e in entries)
         finally:
             browser.close()
 
 
-def test_citation_is_read_from_constants_fstrings_and_a_sibling_module(tmp_path):
-    (tmp_path / "paper_common.py").write_text('CITATION = ("Doe et al., " "Paper, 2020")\n')
-    (tmp_path / "exp_a.py").write_text(
-        'from . import paper_common as common\nfrom ..results import claims\n'
-        'PAPER = claims.Paper(citation=common.CITATION + ", Table 1", numbers=())\n')
-    (tmp_path / "exp_b.py").write_text('SOURCE = "Roe, Thesis"\nPAPER = Paper(citation=f"{SOURCE}, Sec. 5", numbers=())\n')
-    (tmp_path / "exp_c.py").write_text('PAPER = Paper(citation=make_citation(), numbers=())\n')
-    assert publish.paper_of("exp_a", tmp_path)[0] == "Doe et al., Paper, 2020, Table 1"
-    assert publish.paper_of("exp_b", tmp_path)[0] == "Roe, Thesis, Sec. 5"
-    assert publish.paper_of("exp_c", tmp_path)[0] == publish.DASH
+def test_citation_and_claims_come_from_the_facts_file_and_short_citations_keep_parentheses(tmp_path):
+    (tmp_path / "roe").mkdir()
+    (tmp_path / "roe" / "paper.toml").write_text(
+        '[paper]\nshort = "R"\ntitle = "Thesis"\nauthors = "Roe"\nvenue = "U. Nowhere, 2021"\n'
+        '[exp_b.time]\ncitation = "Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5"\n'
+        '[[exp_b.time.effects]]\nclaim = "faster"\nbetter = "a"\nworse = "b"\n[exp_c.groups]\nnote = 1\n'
+    )
+    assert publish.paper_of("exp_b", tmp_path) == (
+        "Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5",
+        ["faster"],
+        "Roe, R, 2021",
+    )
+    assert publish.paper_of("exp_c", tmp_path) == ('Roe, "Thesis", U. Nowhere, 2021', [], "Roe, R, 2021")  # the paper's
+    assert publish.paper_of("exp_d", tmp_path) == (publish.DASH, [], publish.DASH)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "paper.toml").write_text("[paper\n")
+    assert publish.paper_of("exp_b", tmp_path) == (publish.DASH, [], publish.DASH)  # a broken facts file: no crash
+    assert (
+        publish.short_citation("Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5")
+        == "Roe, R (MSc thesis, U. Nowhere, 2021)"
+    )
+    assert publish.short_citation("Xu et al., DeepType, IMWUT 2018, Table 1") == "Xu et al., DeepType, IMWUT 2018"
+
+
+@pytest.mark.parametrize(
+    "row,expected",
+    [
+        ({"paper change": 0.10, "our change": 0.12, "ci low": 0.05, "ci high": 0.2}, "agrees: the interval contains"),
+        ({"paper change": 0.10, "our change": 0.25, "ci low": 0.2, "ci high": 0.3}, "agrees within 3x"),
+        ({"paper change": 0.10, "our change": 0.40, "ci low": 0.35, "ci high": 0.45}, "unexplained"),
+        ({"paper change": 0.10, "our change": -0.05, "ci low": -0.08, "ci high": -0.01}, "unexplained"),
+        (
+            {
+                "paper change": 0.10,
+                "our change": 0.02,
+                "ci low": 0.01,
+                "ci high": 0.03,
+                "diagnosis": "tiny users (Fig. 3)",
+            },
+            "differs, explained by tiny users (Fig. 3)",
+        ),
+        ({"paper change": 0.003, "our change": 0.002, "ci low": 0.001, "ci high": 0.0025}, "unexplained"),  # near zero
+        (
+            {"paper change": 0.003, "our change": 0.002, "ci low": -0.01, "ci high": 0.01},
+            "agrees: the interval contains",
+        ),
+        ({"paper change": "", "our change": 0.2, "ci low": 0.1, "ci high": 0.3}, "no paper change"),
+        ({"paper change": 0.1, "our change": 0.2}, "no interval"),
+    ],
+)
+def test_the_audit_rule_flags_rows_that_differ_by_more_than_3x_or_in_sign(row, expected):
+    assert publish.diagnosis(row).startswith(expected)
+    assert (
+        publish.counts(row) == "not recorded"
+        and publish.counts({"users": 4, "seeds": 1, "resampled": "repeats"}) == "4 repeats x 1 seed"
+    )

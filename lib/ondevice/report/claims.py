@@ -3,6 +3,7 @@
 An effect is judged by a paired bootstrap interval over users, not by comparing two numbers: a
 +0.1% change over 12 users and one seed is noise until its interval excludes zero.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,11 +41,18 @@ def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:
     missing = [n.quantity for n in paper.numbers if n.quantity not in ours]
     if missing:
         raise KeyError(f"no measured value for {missing}")
-    return pd.DataFrame([
-        {"quantity": n.quantity, "paper": n.value, "ours": ours[n.quantity],
-         "ours / paper": ours[n.quantity] / n.value if n.value else float("nan"), "paper source": n.source}
-        for n in paper.numbers
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "quantity": n.quantity,
+                "paper": n.value,
+                "ours": ours[n.quantity],
+                "ours / paper": ours[n.quantity] / n.value if n.value else float("nan"),
+                "paper source": n.source,
+            }
+            for n in paper.numbers
+        ]
+    )
 
 
 def _per_seed_users(name: str, values) -> np.ndarray:
@@ -75,11 +83,17 @@ def sign_test(improved: int, worse: int) -> float:
     if n == 0:
         return 1.0
     tail = sum(math.comb(n, k) for k in range(min(improved, worse) + 1))
-    return min(1.0, 2 * tail / 2 ** n)
+    return min(1.0, 2 * tail / 2**n)
 
 
-def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generator,
-                  n_boot: int = 2000, level: float = 0.95, statistic: str = "median") -> dict:
+def paired_effect(
+    better: np.ndarray,
+    worse: np.ndarray,
+    rng: np.random.Generator,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    statistic: str = "median",
+) -> dict:
     """Relative change of medians over users (averaged over seeds) with a paired bootstrap interval;
     `statistic="mean"` compares means over users instead (e.g. accuracies on few test items each).
 
@@ -109,17 +123,39 @@ def paired_effect(better: np.ndarray, worse: np.ndarray, rng: np.random.Generato
     diff = (b - w).mean(axis=0)
     improved, worse_users = int((diff > 0).sum()), int((diff < 0).sum())
     verdict = "holds" if ci_low > 0 else "does not hold" if ci_high < 0 else "within noise"
-    return {"change": change, "ci_low": ci_low, "ci_high": ci_high, "users": users, "seeds": seeds,
-            "users_improved": improved, "users_worse": worse_users,
-            "sign_test_p": sign_test(improved, worse_users), "verdict": verdict}
+    return {
+        "change": change,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "users": users,
+        "seeds": seeds,
+        "users_improved": improved,
+        "users_worse": worse_users,
+        "sign_test_p": sign_test(improved, worse_users),
+        "verdict": verdict,
+    }
 
 
-def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray]], rng: np.random.Generator,
-                  n_boot: int = 2000, level: float = 0.95, statistic: str = "median") -> pd.DataFrame:
+def effects_table(
+    paper: Paper,
+    measured: dict[str, tuple[np.ndarray, np.ndarray]],
+    rng: np.random.Generator,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    statistic: str = "median",
+    diagnoses: dict[str, str] | None = None,
+    resampled: str = "users",
+) -> pd.DataFrame:
     """One row per claimed effect: the paper's change beside ours, with our interval and verdict.
 
     `measured` maps each effect's claim to per-user (better, worse) arrays, shape (seeds, users).
+    `diagnoses` maps a claim to a one-line explanation, backed by a measurement in the notebook, of
+    why ours differs from the paper's (SUMMARY.md shows it where the audit rule flags the row);
+    `resampled` names what the interval resamples (users, devices, repeats).
     """
+    unknown_diagnoses = set(diagnoses or {}) - {e.claim for e in paper.effects}
+    if unknown_diagnoses:
+        raise KeyError(f"diagnoses for {sorted(unknown_diagnoses)}, which are not effects the paper claims")
     claims = [e.claim for e in paper.effects]
     missing = [c for c in claims if c not in measured]
     if missing:
@@ -131,13 +167,28 @@ def effects_table(paper: Paper, measured: dict[str, tuple[np.ndarray, np.ndarray
     rows = []
     for e in paper.effects:
         if e.better not in paper_values or e.worse not in paper_values:
-            raise KeyError(f"effect {e.claim!r} refers to {e.better!r} / {e.worse!r}, not both among the paper's numbers")
+            raise KeyError(
+                f"effect {e.claim!r} refers to {e.better!r} / {e.worse!r}, not both among the paper's numbers"
+            )
         r = paired_effect(*measured[e.claim], rng=rng, n_boot=n_boot, level=level, statistic=statistic)
-        rows.append({"effect": e.claim, "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
-                     "our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"],
-                     "users": r["users"], "seeds": r["seeds"], "users improved": r["users_improved"],
-                     "users worse": r["users_worse"], "sign test p": r["sign_test_p"],
-                     "verdict": r["verdict"], "level": level})
+        rows.append(
+            {
+                "effect": e.claim,
+                "paper change": paper_values[e.better] / paper_values[e.worse] - 1,
+                "our change": r["change"],
+                "ci low": r["ci_low"],
+                "ci high": r["ci_high"],
+                "users": r["users"],
+                "seeds": r["seeds"],
+                "users improved": r["users_improved"],
+                "users worse": r["users_worse"],
+                "sign test p": r["sign_test_p"],
+                "verdict": r["verdict"],
+                "level": level,
+                "resampled": resampled,
+                "diagnosis": (diagnoses or {}).get(e.claim, ""),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -151,12 +202,16 @@ def verdict_text(effects: pd.DataFrame, stand_in_data: str | None) -> str:
     lines = []
     for _, row in effects.iterrows():
         seeds = f"{row['seeds']} seed" + ("s" if row["seeds"] != 1 else "")
-        lines.append(f"- **{row['effect']}**: {row['verdict']} in our measurement: {percent(row['our change'])} "
-                     f"({row['level']:.0%} interval {percent(row['ci low'])} to {percent(row['ci high'])}, "
-                     f"{row['users']} users x {seeds}; the paper reports {percent(row['paper change'])}).")
+        lines.append(
+            f"- **{row['effect']}**: {row['verdict']} in our measurement: {percent(row['our change'])} "
+            f"({row['level']:.0%} interval {percent(row['ci low'])} to {percent(row['ci high'])}, "
+            f"{row['users']} users x {seeds}; the paper reports {percent(row['paper change'])})."
+        )
     if stand_in_data:
-        lines.append(f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
-                     "are not comparable with the paper's; the direction and size of each effect are.")
+        lines.append(
+            f"- Our data is **stand-in data** for {stand_in_data.strip().rstrip('.')}. Absolute numbers "
+            "are not comparable with the paper's; the direction and size of each effect are."
+        )
     return "\n".join(lines)
 
 
@@ -182,8 +237,15 @@ def headline(per_seed: list[float], resolution: float = 0.0) -> dict:
 
 def headline_table(headlines: dict[str, dict]) -> pd.DataFrame:
     """The headline numbers of a run, one row each, for reports and the reproduce runner."""
-    return pd.DataFrame([
-        {"name": name, "value": h["value"], "tolerance": h["tolerance"], "seeds": len(h["per_seed"]),
-         "per-seed values": ", ".join(f"{v:.6g}" for v in h["per_seed"])}
-        for name, h in headlines.items()
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "name": name,
+                "value": h["value"],
+                "tolerance": h["tolerance"],
+                "seeds": len(h["per_seed"]),
+                "per-seed values": ", ".join(f"{v:.6g}" for v in h["per_seed"]),
+            }
+            for name, h in headlines.items()
+        ]
+    )

@@ -3,9 +3,11 @@
 Facts are data, not code: the site and SUMMARY.md read them without importing TensorFlow or any
 experiment module, and an experiment takes its `claims.Paper` from here by its own name.
 """
+
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 from pathlib import Path
 
@@ -44,12 +46,23 @@ def paper(experiment: str, part: str = "claims", papers_dir: Path = PAPERS) -> P
     section = load(name, papers_dir)[experiment].get(part)
     if section is None:
         raise KeyError(f"{papers_dir / name / 'paper.toml'} has no section [{experiment}.{part}]")
-    return Paper(section["citation"],
-                 tuple(PaperNumber(n["quantity"], float(n["value"]), n["source"]) for n in section.get("numbers", [])),
-                 tuple(Effect(e["claim"], e["better"], e["worse"]) for e in section.get("effects", [])))
+    return Paper(
+        section["citation"],
+        tuple(PaperNumber(n["quantity"], float(n["value"]), n["source"]) for n in section.get("numbers", [])),
+        tuple(Effect(e["claim"], e["better"], e["worse"]) for e in section.get("effects", [])),
+    )
 
 
 def citation(paper_name: str, papers_dir: Path = PAPERS) -> str:
     """The full reference of a paper: authors, title, venue."""
     info = load(paper_name, papers_dir)["paper"]
-    return f"{info['authors']}, \"{info['title']}\", {info['venue']}"
+    return f'{info["authors"]}, "{info["title"]}", {info["venue"]}'
+
+
+def short_citation(paper_name: str, papers_dir: Path = PAPERS) -> str:
+    """'Xu et al., DeepType, 2018': the first author's surname, the paper's short name, its year."""
+    info = load(paper_name, papers_dir)["paper"]
+    authors = [a.strip() for a in info["authors"].split(",") if a.strip() and a.strip() != "et al."]
+    several = len(authors) > 1 or "et al." in info["authors"]
+    years = re.findall(r"\b(?:19|20)\d\d\b", info.get("venue", ""))
+    return ", ".join([authors[0].split()[-1] + (" et al." if several else ""), info["short"], *years[-1:]])

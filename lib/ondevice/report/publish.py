@@ -4,7 +4,8 @@ Nothing is executed: each stored executed notebook is re-rendered to HTML with n
 template minus its CDN scripts (require.js, MathJax, Mermaid, widgets), so the site opens from disk
 with no network. Every result directory with a run.json is published, whatever it lacks: a missing
 field, table or notebook shows as "-", never as a crash. The paper's citation and claimed effects
-are read from the experiment module's source (ast, no import: importing would load TensorFlow).
+are read from its facts file, papers/<paper>/paper.toml (data: no experiment module is imported,
+which would load TensorFlow).
 
     python -m ondevice.report.publish --scale default [--results DIR] [--out DIR] [--summary PATH]
                                        [--screenshot docs/site-index.png]
@@ -13,10 +14,10 @@ Layout of the site: index.html (experiments and every claimed effect), SUMMARY.m
 one folder per result: index.html (effects, headline numbers, figures, data, parameters,
 environment), notebook.html, the executed .ipynb, run.json, figures/ and tables/.
 """
+
 from __future__ import annotations
 
 import argparse
-import ast
 import csv
 import html
 import json
@@ -31,10 +32,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ondevice import REPO_ROOT
+from ondevice.report import facts
 from ondevice.report.claims import percent
 from ondevice.report.record import atomic_write
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "papers"
 RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
 SITE = REPO_ROOT / "site"
 DASH = "-"
@@ -42,6 +43,7 @@ VERDICTS = {"holds": "holds", "does not hold": "not", "within noise": "noise"}
 
 
 # ---------------------------------------------------------------- reading results
+
 
 @dataclass
 class Entry:
@@ -54,6 +56,7 @@ class Entry:
     citation: str = DASH
     claims: list[str] = field(default_factory=list)
     title: str = ""
+    short: str = DASH
 
     @property
     def status(self) -> str:
@@ -98,11 +101,21 @@ def _read_run(path: Path) -> dict:
     for key, kind in (("data", list), ("headline", dict), ("params", dict), ("environment", dict), ("notebook", dict)):
         if not isinstance(run.get(key, kind()), kind):
             run[key] = kind()
-    run["data"] = [dict(d, artifacts=[a for a in d.get("artifacts") or [] if isinstance(a, dict)]
-                        if isinstance(d.get("artifacts"), list) else [])
-                   for d in run.get("data", []) if isinstance(d, dict)]
-    run["headline"] = {str(k): dict(h, per_seed=h["per_seed"] if isinstance(h.get("per_seed"), list) else [])
-                       for k, h in run.get("headline", {}).items() if isinstance(h, dict)}
+    run["data"] = [
+        dict(
+            d,
+            artifacts=[a for a in d.get("artifacts") or [] if isinstance(a, dict)]
+            if isinstance(d.get("artifacts"), list)
+            else [],
+        )
+        for d in run.get("data", [])
+        if isinstance(d, dict)
+    ]
+    run["headline"] = {
+        str(k): dict(h, per_seed=h["per_seed"] if isinstance(h.get("per_seed"), list) else [])
+        for k, h in run.get("headline", {}).items()
+        if isinstance(h, dict)
+    }
     env = run.get("environment", {})
     for key in ("packages", "git"):
         if not isinstance(env.get(key, {}), dict):
@@ -121,76 +134,20 @@ def read_csv(path: Path) -> tuple[list[str], list[dict]]:
         return [], []
 
 
-def paper_of(name: str, experiments_dir: Path = EXPERIMENTS) -> tuple[str, list[str], str]:
-    """(citation, claimed effects, first docstring line) from experiments/<name>.py, read statically.
-
-    Only literal values are taken; anything else (a missing module, a citation built at run time)
-    leaves "-" or an empty list.
-    """
+def paper_of(name: str, papers_dir: Path = facts.PAPERS) -> tuple[str, list[str], str]:
+    """(citation, claimed effects, short citation) of an experiment from its paper's facts file
+    (paper.toml), read as data: the experiment's own citation, else the paper's; ("-", [], "-") for
+    an experiment no facts file names, or a facts file that does not parse."""
     try:
-        tree = ast.parse(next(experiments_dir.rglob(f"{name}.py")).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError, StopIteration):
-        return DASH, [], ""
-    doc = (ast.get_docstring(tree) or "").strip().splitlines()
-    citation, claims = DASH, []
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PAPER" for t in node.targets)):
-            continue
-        if isinstance(node.value, ast.Call):
-            arg = next((k.value for k in node.value.keywords if k.arg == "citation"),
-                       node.value.args[0] if node.value.args else None)
-            citation = _static_string(arg, tree, experiments_dir) or DASH
-        for call in ast.walk(node.value):
-            if isinstance(call, ast.Call) and _call_name(call) == "Effect":
-                arg = next((k.value for k in call.keywords if k.arg == "claim"), call.args[0] if call.args else None)
-                if _literal(arg):
-                    claims.append(_literal(arg))
-    return citation, claims, doc[0] if doc else ""
-
-
-def _call_name(call: ast.Call) -> str:
-    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-
-
-def _module_constant(tree: ast.Module, name: str):
-    """The value node of a module-level `name = ...` assignment, or None."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return node.value
-    return None
-
-
-def _static_string(node, tree: ast.Module, experiments_dir: Path, depth: int = 0) -> str | None:
-    """A string built from literals, `+`, module constants and constants of a sibling module
-    imported as `from . import other as alias` (e.g. a paper's shared citation); else None."""
-    if node is None or depth > 5:
-        return None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        parts = [_static_string(n, tree, experiments_dir, depth + 1) for n in (node.left, node.right)]
-        return None if None in parts else parts[0] + parts[1]
-    if isinstance(node, ast.JoinedStr):  # an f-string of constants
-        parts = [_static_string(v.value if isinstance(v, ast.FormattedValue) else v, tree, experiments_dir, depth + 1)
-                 for v in node.values]
-        return None if None in parts else "".join(parts)
-    if isinstance(node, ast.Name):
-        return _static_string(_module_constant(tree, node.id), tree, experiments_dir, depth + 1)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        module = next((a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 and not n.module
-                       for a in n.names if (a.asname or a.name) == node.value.id), None)
-        try:
-            other = ast.parse(next(experiments_dir.rglob(f"{module}.py")).read_text(encoding="utf-8")) if module else None
-        except (OSError, SyntaxError, ValueError, StopIteration):
-            return None
-        return _static_string(_module_constant(other, node.attr), other, experiments_dir, depth + 1) if other else None
-    return _literal(node)
-
-
-def _literal(node) -> str | None:
-    try:
-        value = ast.literal_eval(node) if node is not None else None
-    except (ValueError, TypeError, SyntaxError, RecursionError):
-        return None
-    return value if isinstance(value, str) else None
+        paper = facts.paper_of(name, papers_dir)
+        if paper is None:
+            return DASH, [], DASH
+        parts = [v for v in facts.load(paper, papers_dir)[name].values() if isinstance(v, dict)]
+        citation = next((p["citation"] for p in parts if isinstance(p.get("citation"), str)), None)
+        claims = [e["claim"] for p in parts for e in p.get("effects", []) if isinstance(e, dict) and "claim" in e]
+        return citation or facts.citation(paper, papers_dir), claims, facts.short_citation(paper, papers_dir)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return DASH, [], DASH
 
 
 def _notebook_file(path: Path, slug: str) -> Path | None:
@@ -215,7 +172,7 @@ def _title(notebook: Path | None) -> str:
     return ""
 
 
-def load(results_dir: Path, experiments_dir: Path = EXPERIMENTS) -> list[Entry]:
+def load(results_dir: Path, papers_dir: Path = facts.PAPERS) -> list[Entry]:
     """Every results_dir/*/run.json, in name order."""
     entries = []
     for run_path in sorted(results_dir.glob("*/run.json")):
@@ -225,14 +182,15 @@ def load(results_dir: Path, experiments_dir: Path = EXPERIMENTS) -> list[Entry]:
         if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
             name = path.name.removesuffix(".failed")
         _, effects = read_csv(path / "tables" / "effects.csv")
-        citation, claims, doc = paper_of(name, experiments_dir)
+        citation, claims, short = paper_of(name, papers_dir)
         claims = claims or list(dict.fromkeys(r.get("effect", "") for r in effects if r.get("effect")))
-        title = _title(_notebook_file(path, path.name)) or doc or path.name
-        entries.append(Entry(path.name, path, run, effects, citation, claims, title))
+        title = _title(_notebook_file(path, path.name)) or path.name
+        entries.append(Entry(path.name, path, run, effects, citation, claims, title, short))
     return entries
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def _float(value) -> float | None:
     try:
@@ -278,14 +236,64 @@ def duration(seconds) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+LOCATION = re.compile(r"(Sec|Section|Table|Tab|Fig|Figure|Eq|footnote|p)\b\.?", re.IGNORECASE)
+
+
 def short_citation(citation: str) -> str:
-    """'Xu et al., DeepType, IMWUT 2018' from the full citation (its first three comma parts)."""
-    return ", ".join(citation.split(", ")[:3]) if citation else DASH
+    """The citation without where in the paper: 'Xu et al., DeepType, IMWUT 2018' from '..., IMWUT
+    2018, Table 1'; commas inside parentheses do not split ('Yang, MoIL (MASc thesis, U. Toronto, 2022)')."""
+    if not citation or citation == DASH:
+        return DASH
+    parts, depth, current = [], 0, ""
+    for ch in citation:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    kept = [p for p in parts[: next((i for i, p in enumerate(parts) if i and LOCATION.match(p)), len(parts))] if p]
+    return ", ".join(kept[:3])
 
 
-def users_seeds(row: dict) -> str:
-    users, seeds = row.get("users") or "", row.get("seeds") or ""
-    return f"{users} x {seeds}" if users and seeds else DASH
+def counts(row: dict) -> str:
+    """What the interval resampled and how many: '20 users x 3 seeds' (a row may name its unit:
+    devices, repeats); 'not recorded' rather than a silent dash."""
+    units, seeds = row.get("users") or "", row.get("seeds") or ""
+    if not units or not seeds:
+        return "not recorded"
+    unit = row.get("resampled") or "users"
+    return f"{units} {unit} x {seeds} seed{'s' if str(seeds) != '1' else ''}"
+
+
+def ratio(row: dict) -> str:
+    """Ours / the paper's change ('2.5x', '-0.4x'); '-' where the paper gives no change or zero."""
+    paper, ours = _float(row.get("paper change")), _float(row.get("our change"))
+    return DASH if paper in (None, 0.0) or ours is None else f"{ours / paper:.2g}x"
+
+
+NEAR_ZERO = 0.01  # a paper change within 1 point of zero: no ratio is meaningful, the interval alone decides
+
+
+def diagnosis(row: dict) -> str:
+    """The rule of the audit, computed: a row differs when our interval excludes the paper's change
+    and ours is more than 3x or less than a third of it, or of the other sign (for a paper change
+    near zero, when the interval excludes it). A differing row reads "differs, explained by <the
+    experiment's measured diagnosis>" or "unexplained"; the verdict is unchanged."""
+    paper, ours = _float(row.get("paper change")), _float(row.get("our change"))
+    low, high = _float(row.get("ci low")), _float(row.get("ci high"))
+    if paper is None or ours is None:
+        return "no paper change to compare" if paper is None else DASH
+    if low is None or high is None:
+        return "no interval"
+    if low <= paper <= high:
+        return "agrees: the interval contains the paper's change"
+    differs = abs(paper) < NEAR_ZERO or ours * paper <= 0 or not 1 / 3 <= ours / paper <= 3
+    if not differs:
+        return "agrees within 3x"
+    explained = str(row.get("diagnosis") or "").strip()
+    return f"differs, explained by {explained}" if explained else "unexplained"
 
 
 # ---------------------------------------------------------------- SUMMARY.md
@@ -300,34 +308,58 @@ def _md(text) -> str:
 
 def summary_markdown(entries: list[Entry], scale: str) -> str:
     """Every claimed effect of every result: the paper's change, ours, the interval and the verdict."""
-    lines = [f"# Paper vs ours, scale `{scale}`", "",
-             "Every effect a paper claims, measured here with a paired bootstrap interval over users. "
-             "Verdict: **holds** (interval above zero), **does not hold** (below zero), **within noise** "
-             "(contains zero); `-` where a result does not carry it. Generated by "
-             "`make publish` (`python -m ondevice.report.publish`) from each `*/tables/effects.csv`; "
-             "do not edit by hand.", ""]
+    lines = [
+        f"# Paper vs ours, scale `{scale}`",
+        "",
+        "Every effect a paper claims, measured here with a paired bootstrap interval over users. "
+        "Verdict: **holds** (interval above zero), **does not hold** (below zero), **within noise** "
+        "(contains zero); `-` where a result does not carry it. Diagnosis: where the interval excludes "
+        "the paper's change and ours is more than 3x off or of the other sign, the experiment's measured "
+        "explanation, else **unexplained**. Generated by "
+        "`make publish` (`python -m ondevice.report.publish`) from each `*/tables/effects.csv`; "
+        "do not edit by hand.",
+        "",
+    ]
     rows = [(e, r) for e in entries for r in e.effects]
     if not rows:
         lines.append(f"No claimed effects in `results/{scale}/` yet (run `make reproduce SCALE={scale}`).")
         return "\n".join(lines) + "\n"
-    lines += ["| paper | experiment | effect | paper's change | our change | interval | users x seeds | verdict | data |",
-              "|---|---|---|---:|---:|---|---|---|---|"]
+    lines += [
+        "| paper | experiment | effect | paper's change | our change | ours / paper | interval | resampled | "
+        "verdict | diagnosis | data |",
+        "|---|---|---|---:|---:|---:|---|---|---|---|---|",
+    ]
     for e, r in rows:
-        cells = [_md(c) for c in (
-            short_citation(e.citation), r.get("effect") or DASH, pct(r.get("paper change")), pct(r.get("our change")),
-            interval(r) if interval(r) == DASH else f"{interval(r)} ({level(r)})", users_seeds(r),
-            r.get("verdict") or DASH, data_kind(e, r))]
+        cells = [
+            _md(c)
+            for c in (
+                e.short if e.short != DASH else short_citation(e.citation),
+                r.get("effect") or DASH,
+                pct(r.get("paper change")),
+                pct(r.get("our change")),
+                ratio(r),
+                interval(r) if interval(r) == DASH else f"{interval(r)} ({level(r)})",
+                counts(r),
+                r.get("verdict") or DASH,
+                diagnosis(r),
+                data_kind(e, r),
+            )
+        ]
         cells.insert(1, f"[{_md(e.slug)}]({quote(e.slug)}/)")
         lines.append("| " + " | ".join(cells) + " |")
     stand_ins = [e for e in entries if e.stand_in and e.effects]
     if stand_ins:
-        lines += ["", "Stand-in data: absolute numbers are not comparable with the paper's; the direction and "
-                  "size of each effect are."]
+        lines += [
+            "",
+            "Stand-in data: absolute numbers are not comparable with the paper's; the direction and "
+            "size of each effect are.",
+        ]
         lines += [f"- {_md(e.slug)}: {_md(e.stand_in)}" for e in stand_ins]
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- HTML
+
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)
@@ -421,8 +453,9 @@ def _page(title: str, body: str, root: str, crumbs: str) -> str:
 def _table(header: list[tuple[str, str]], rows: list[list[str]]) -> str:
     """header: (label, css class); rows: cells already escaped HTML."""
     head = "".join(f'<th class="{c}" scope="col">{esc(h)}</th>' for h, c in header)
-    body = "\n".join("<tr>" + "".join(f'<td class="{c}">{cell}</td>' for (_, c), cell in zip(header, row)) + "</tr>"
-                     for row in rows)
+    body = "\n".join(
+        "<tr>" + "".join(f'<td class="{c}">{cell}</td>' for (_, c), cell in zip(header, row)) + "</tr>" for row in rows
+    )
     return f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table></div>'
 
 
@@ -441,8 +474,16 @@ def _effect_cells(r: dict) -> list[str]:
     effect = esc(r.get("effect") or DASH)
     if "modelled" in str(r.get("meter") or "").lower():
         effect += " " + _badge("modelled", "standin")
-    return [effect, esc(pct(r.get("paper change"))), esc(pct(r.get("our change"))), span,
-            esc(users_seeds(r)), verdict_badge(r.get("verdict") or DASH)]
+    return [
+        effect,
+        esc(pct(r.get("paper change"))),
+        esc(pct(r.get("our change"))),
+        esc(ratio(r)),
+        span,
+        esc(counts(r)),
+        verdict_badge(r.get("verdict") or DASH),
+        esc(diagnosis(r)),
+    ]
 
 
 def data_kind(e: Entry, row: dict | None = None) -> str:
@@ -454,34 +495,69 @@ def data_kind(e: Entry, row: dict | None = None) -> str:
     return kind
 
 
-EFFECT_HEADER = [("effect", ""), ("paper's change", "num"), ("our change", "num"), ("interval", "nowrap"),
-                 ("users x seeds", "num"), ("verdict", "")]
+EFFECT_HEADER = [
+    ("effect", ""),
+    ("paper's change", "num"),
+    ("our change", "num"),
+    ("ours / paper", "num"),
+    ("interval", "nowrap"),
+    ("resampled", ""),
+    ("verdict", ""),
+    ("diagnosis", ""),
+]
 
 
 def index_page(entries: list[Entry], scale: str) -> str:
     rows = []
     for e in entries:
         claims = "<br>".join(esc(c) for c in e.claims) or DASH
-        rows.append([f'<a href="{href(e.slug, "index.html")}">{esc(e.slug)}</a><br><small>{esc(e.title)}</small>',
-                     esc(short_citation(e.citation)) + _citation_rest(e.citation),
-                     claims, status_badge(e.status), verdict_badge(e.verdict), esc(duration(e.wall_time_s)), _data_cell(e)])
+        rows.append(
+            [
+                f'<a href="{href(e.slug, "index.html")}">{esc(e.slug)}</a><br><small>{esc(e.title)}</small>',
+                esc(short_citation(e.citation)) + _citation_rest(e.citation),
+                claims,
+                status_badge(e.status),
+                verdict_badge(e.verdict),
+                esc(duration(e.wall_time_s)),
+                _data_cell(e),
+            ]
+        )
     if rows:
-        experiments = _table([("experiment", ""), ("paper", ""), ("claim", ""), ("status", ""), ("verdict", ""),
-                              ("wall time", "num"), ("data", "")], rows)
+        experiments = _table(
+            [
+                ("experiment", ""),
+                ("paper", ""),
+                ("claim", ""),
+                ("status", ""),
+                ("verdict", ""),
+                ("wall time", "num"),
+                ("data", ""),
+            ],
+            rows,
+        )
     else:
-        experiments = (f"<p>No results in <code>results/{esc(scale)}/</code> yet: run "
-                       f"<code>make reproduce SCALE={esc(scale)}</code>.</p>")
+        experiments = (
+            f"<p>No results in <code>results/{esc(scale)}/</code> yet: run "
+            f"<code>make reproduce SCALE={esc(scale)}</code>.</p>"
+        )
     link = '{}<br><small><a href="{}">{}</a></small>'
-    effects = [[link.format(esc(short_citation(e.citation)), href(e.slug, "index.html"), esc(e.slug))]
-               + _effect_cells(r) + [_badge("stand-in", "standin") if e.stand_in else esc(data_kind(e))]
-               for e in entries for r in e.effects]
-    summary = (_table([("paper / experiment", "")] + EFFECT_HEADER + [("data", "")], effects) if effects
-               else "<p>No claimed effects measured yet.</p>")
+    effects = [
+        [link.format(esc(short_citation(e.citation)), href(e.slug, "index.html"), esc(e.slug))]
+        + _effect_cells(r)
+        + [_badge("stand-in", "standin") if e.stand_in else esc(data_kind(e))]
+        for e in entries
+        for r in e.effects
+    ]
+    summary = (
+        _table([("paper / experiment", "")] + EFFECT_HEADER + [("data", "")], effects)
+        if effects
+        else "<p>No claimed effects measured yet.</p>"
+    )
     n_effects = len(effects)
     body = f"""<h1>On-device personalization: paper vs ours</h1>
-<p class="lead">Results at scale <code>{esc(scale)}</code>: {len(entries)} experiment{'s' * (len(entries) != 1)},
-{n_effects} claimed effect{'s' * (n_effects != 1)}. Each notebook was executed by <code>make reproduce</code>; this site only
-renders what it stored.</p>
+<p class="lead">Results at scale <code>{esc(scale)}</code>: {len(entries)} experiment{"s" * (len(entries) != 1)},
+{n_effects} claimed effect{"s" * (n_effects != 1)}. Each notebook was executed by <code>make reproduce</code>;
+this site only renders what it stored.</p>
 <h2>Experiments</h2>
 {experiments}
 <h2 id="summary">Every claimed effect</h2>
@@ -497,7 +573,7 @@ not comparable with the paper's; the direction and size of each effect are. Also
 
 def _citation_rest(citation: str) -> str:
     """What the full citation adds to its short form, as a second, smaller line."""
-    rest = citation[len(short_citation(citation)):].lstrip(", ") if citation != DASH else ""
+    rest = citation[len(short_citation(citation)) :].lstrip(", ") if citation != DASH else ""
     return f"<br><small>{esc(rest)}</small>" if rest else ""
 
 
@@ -506,12 +582,16 @@ def _csv_table(path: Path, digits: int = 4) -> str:
     if not header:
         return ""
     numeric = {h for h in header if rows and all(_float(r.get(h)) is not None or r.get(h) in ("", None) for r in rows)}
-    return _table([(h, "num" if h in numeric else "") for h in header],
-                  [[esc(number(r.get(h), digits) if h in numeric else (r.get(h) or DASH)) for h in header] for r in rows])
+    return _table(
+        [(h, "num" if h in numeric else "") for h in header],
+        [[esc(number(r.get(h), digits) if h in numeric else (r.get(h) or DASH)) for h in header] for r in rows],
+    )
 
 
 def _kv_table(doc: dict) -> str:
-    rows = [[f"<code>{esc(k)}</code>", esc(json.dumps(v) if isinstance(v, (dict, list)) else v)] for k, v in doc.items()]
+    rows = [
+        [f"<code>{esc(k)}</code>", esc(json.dumps(v) if isinstance(v, (dict, list)) else v)] for k, v in doc.items()
+    ]
     return _table([("name", ""), ("value", "")], rows) if rows else f"<p>{DASH}</p>"
 
 
@@ -519,33 +599,63 @@ def experiment_page(e: Entry, scale: str, has_notebook: bool, figures: list[str]
     run = e.run
     git = _get(run, "environment", "git", default={}) or {}
     commit = str(git.get("commit") or DASH)[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
-    facts = [("paper", esc(e.citation)), ("status", status_badge(e.status)), ("verdict", verdict_badge(e.verdict)),
-             ("wall time", esc(duration(e.wall_time_s))), ("scale", esc(run.get("scale", DASH))),
-             ("created", esc(run.get("created_at", DASH))), ("code", f"<code>{esc(commit)}</code>")]
+    facts = [
+        ("paper", esc(e.citation)),
+        ("status", status_badge(e.status)),
+        ("verdict", verdict_badge(e.verdict)),
+        ("wall time", esc(duration(e.wall_time_s))),
+        ("scale", esc(run.get("scale", DASH))),
+        ("created", esc(run.get("created_at", DASH))),
+        ("code", f"<code>{esc(commit)}</code>"),
+    ]
     error = _get(run, "notebook", "error")
     if error:
         facts.append(("error", f"<code>{esc(error)}</code>"))
     links = [("rendered notebook", href("notebook.html"))] if has_notebook else []
     links += [("executed notebook (.ipynb)", href(f"{e.slug}.ipynb"))] if has_notebook else []
     links += [("run.json", href("run.json"))]
-    parts = [f"<h1>{esc(e.title)}</h1>",
-             f'<p class="meta"><code>{esc(e.slug)}</code> &middot; scale <code>{esc(scale)}</code></p>']
+    parts = [
+        f"<h1>{esc(e.title)}</h1>",
+        f'<p class="meta"><code>{esc(e.slug)}</code> &middot; scale <code>{esc(scale)}</code></p>',
+    ]
     if e.stand_in:
-        parts.append(f'<div class="callout">{_badge("stand-in data", "standin")} {esc(e.stand_in)} Absolute numbers are '
-                     "not comparable with the paper's; the direction and size of each effect are.</div>")
+        parts.append(
+            f'<div class="callout">{_badge("stand-in data", "standin")} {esc(e.stand_in)} Absolute numbers are '
+            "not comparable with the paper's; the direction and size of each effect are.</div>"
+        )
     parts.append('<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
     parts.append('<ul class="links">' + "".join(f'<li><a href="{h}">{esc(t)}</a></li>' for t, h in links) + "</ul>")
     parts.append("<h2>Claimed effects</h2>")
-    parts.append(_table(EFFECT_HEADER, [_effect_cells(r) for r in e.effects]) if e.effects
-                 else f"<p>{DASH} (no effects table)</p>")
+    parts.append(
+        _table(EFFECT_HEADER, [_effect_cells(r) for r in e.effects])
+        if e.effects
+        else f"<p>{DASH} (no effects table)</p>"
+    )
     headline = run.get("headline", {})
     parts.append("<h2>Headline numbers</h2>")
     if headline:
-        rows = [[esc(name), esc(number(_get(h, "value"))), esc(number(_get(h, "tolerance"))),
-                 esc(len(h["per_seed"])), esc(", ".join(number(v) for v in h["per_seed"]) or DASH)]
-                for name, h in headline.items()]
-        parts.append(_table([("quantity", ""), ("mean over seeds", "num"), ("tolerance", "num"), ("seeds", "num"),
-                             ("per seed", "")], rows))
+        rows = [
+            [
+                esc(name),
+                esc(number(_get(h, "value"))),
+                esc(number(_get(h, "tolerance"))),
+                esc(len(h["per_seed"])),
+                esc(", ".join(number(v) for v in h["per_seed"]) or DASH),
+            ]
+            for name, h in headline.items()
+        ]
+        parts.append(
+            _table(
+                [
+                    ("quantity", ""),
+                    ("mean over seeds", "num"),
+                    ("tolerance", "num"),
+                    ("seeds", "num"),
+                    ("per seed", ""),
+                ],
+                rows,
+            )
+        )
     else:
         parts.append(f"<p>{DASH} (this result has no headline numbers)</p>")
     if "paper_vs_ours.csv" in tables:
@@ -556,21 +666,34 @@ def experiment_page(e: Entry, scale: str, has_notebook: bool, figures: list[str]
         for name in figures:
             has_svg = (e.path / "figures" / f"{name}.svg").is_file()
             svg = f' &middot; <a href="{href("figures", name + ".svg")}">SVG</a>' if has_svg else ""
-            figs.append(f'<figure><img src="{href("figures", name + ".png")}" alt="{esc(name)}" loading="eager">'
-                        f"<figcaption>{esc(name.replace('_', ' '))}{svg}</figcaption></figure>")
+            figs.append(
+                f'<figure><img src="{href("figures", name + ".png")}" alt="{esc(name)}" loading="eager">'
+                f"<figcaption>{esc(name.replace('_', ' '))}{svg}</figcaption></figure>"
+            )
         parts.append('<div class="figures">' + "\n".join(figs) + "</div>")
     if tables:
         parts.append("<h2>Tables</h2>")
         items = "".join(f'<li><a href="{href("tables", t)}">{esc(t)}</a></li>' for t in tables)
         parts.append(f'<ul class="links">{items}</ul>')
     parts.append("<h2>Data</h2>")
-    data_rows = [[esc(d.get("name", DASH)), esc(d.get("license", DASH)), esc(d.get("stand_in_for") or DASH),
-                  "<br>".join(f"<code>{esc(a.get('file', DASH))}</code> "
-                              f"<small>sha256 {esc(str(a.get('sha256', DASH))[:16])}</small>"
-                              for a in d["artifacts"]) or DASH]
-                 for d in run.get("data", [])]
-    parts.append(_table([("name", ""), ("license", ""), ("stands in for", ""), ("files", "")], data_rows)
-                 if data_rows else f"<p>{DASH}</p>")
+    data_rows = [
+        [
+            esc(d.get("name", DASH)),
+            esc(d.get("license", DASH)),
+            esc(d.get("stand_in_for") or DASH),
+            "<br>".join(
+                f"<code>{esc(a.get('file', DASH))}</code> <small>sha256 {esc(str(a.get('sha256', DASH))[:16])}</small>"
+                for a in d["artifacts"]
+            )
+            or DASH,
+        ]
+        for d in run.get("data", [])
+    ]
+    parts.append(
+        _table([("name", ""), ("license", ""), ("stands in for", ""), ("files", "")], data_rows)
+        if data_rows
+        else f"<p>{DASH}</p>"
+    )
     params = run.get("params", {})
     parts.append(f"<details><summary>Parameters ({len(params)})</summary>{_kv_table(params)}</details>")
     env = run.get("environment", {})
@@ -608,8 +731,11 @@ def _exporter():
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    return HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
-                        template_file="offline.html.j2")
+    return HTMLExporter(
+        template_name="lab",
+        extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
+        template_file="offline.html.j2",
+    )
 
 
 def render_notebook(path: Path, nav: str, title: str = "", exporter=None) -> str:
@@ -623,15 +749,22 @@ def render_notebook(path: Path, nav: str, title: str = "", exporter=None) -> str
 
 # ---------------------------------------------------------------- build
 
-def build(results_dir: Path, out_dir: Path, summary_path: Path | None = None, scale: str | None = None,
-          experiments_dir: Path = EXPERIMENTS, log=print) -> list[Entry]:
+
+def build(
+    results_dir: Path,
+    out_dir: Path,
+    summary_path: Path | None = None,
+    scale: str | None = None,
+    papers_dir: Path = facts.PAPERS,
+    log=print,
+) -> list[Entry]:
     """Write the site into out_dir (replaced whole, via a staging directory) and SUMMARY.md
     (atomically) to summary_path, default results_dir/SUMMARY.md."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     scale = scale or results_dir.name
     if not results_dir.is_dir():
         raise FileNotFoundError(f"no results directory {results_dir} (run `make reproduce SCALE={scale}` first)")
-    entries = load(results_dir, experiments_dir)
+    entries = load(results_dir, papers_dir)
     summary = summary_markdown(entries, scale)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = out_dir.with_name(f".staging-{out_dir.name}-{os.getpid()}")
@@ -655,11 +788,15 @@ def build(results_dir: Path, out_dir: Path, summary_path: Path | None = None, sc
                     shutil.copy2(e.path / sub / name, dest / sub / name)
             notebook = _notebook_file(e.path, e.slug)
             if notebook is not None:
-                nav = (f'<a href="../index.html">all results ({esc(scale)})</a> &middot; '
-                       f'<a href="index.html">{esc(e.slug)}</a> &middot; rendered notebook (stored outputs)')
+                nav = (
+                    f'<a href="../index.html">all results ({esc(scale)})</a> &middot; '
+                    f'<a href="index.html">{esc(e.slug)}</a> &middot; rendered notebook (stored outputs)'
+                )
                 exporter = exporter or _exporter()
                 try:
-                    (dest / "notebook.html").write_text(render_notebook(notebook, nav, e.title, exporter), encoding="utf-8")
+                    (dest / "notebook.html").write_text(
+                        render_notebook(notebook, nav, e.title, exporter), encoding="utf-8"
+                    )
                     shutil.copy2(notebook, dest / f"{e.slug}.ipynb")
                 except Exception as exc:  # an unreadable notebook costs its page, not the site
                     log(f"[publish] {e.slug}: could not render {notebook.name}: {type(exc).__name__}: {exc}")
@@ -712,8 +849,10 @@ def main(argv=None) -> int:
         print(f"[publish] {exc}", file=sys.stderr)
         return 1
     effects = sum(len(e.effects) for e in entries)
-    print(f"[publish] {len(entries)} result(s), {effects} claimed effect(s) from {results_dir} -> {out}/index.html "
-          f"and {args.summary or results_dir / 'SUMMARY.md'} in {time.perf_counter() - start:.1f}s")
+    print(
+        f"[publish] {len(entries)} result(s), {effects} claimed effect(s) from {results_dir} -> {out}/index.html "
+        f"and {args.summary or results_dir / 'SUMMARY.md'} in {time.perf_counter() - start:.1f}s"
+    )
     if args.screenshot:
         screenshot(out / "index.html", args.screenshot)
         print(f"[publish] screenshot of the index page: {args.screenshot}")
