@@ -53,7 +53,10 @@ verify: data ## as reproduce, but exit 3 when a headline number is outside the p
 # Both cores: tests spread over TEST_WORKERS processes; a notebook's tests stay on one worker (tests/conftest.py).
 # The smoke data are fetched first, once, so workers never race to fill the data cache.
 TEST_WORKERS ?= 2
-test: setup browser apt-lists ## unit tests and a papermill run of every notebook at smoke scale
+LINTED = lib tests tools notebooks
+test: setup browser apt-lists ## ruff (format and lint), unit tests and a papermill run of every notebook at smoke scale
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/ruff check $(LINTED)
 	$(PY) -m ondevice.data --scale smoke
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 

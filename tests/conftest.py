@@ -43,7 +43,6 @@ def smoke_data():
             manifests.fetch(m)
 
 
-
 def pytest_xdist_make_scheduler(config, log):
     """Under `pytest -n N --dist loadscope`, a notebook's tests share a worker and so one smoke run
     (module fixtures are per worker); other tests are grouped by module, as loadscope does. (xdist's

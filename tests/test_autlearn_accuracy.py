@@ -1,25 +1,32 @@
 """AutLearn A1/A2: FedAvg against the pooled gradient step, and the experiment's parameters."""
+
 import numpy as np
 import pytest
 import tf_keras as keras
 
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
+from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.params import ParameterError
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.training.trainer import Trainer
 
 
 def _model():
     inputs = keras.Input((5,))
-    hidden = keras.layers.Dense(6, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(inputs)
-    return keras.Model(inputs, keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(hidden))
+    hidden = keras.layers.Dense(6, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(
+        inputs
+    )
+    return keras.Model(
+        inputs, keras.layers.Dense(3, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(hidden)
+    )
 
 
 def _clients(sizes):
     rng = np.random.default_rng(0)
-    return {f"c{i}": (rng.normal(size=(n, 5)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32))
-            for i, n in enumerate(sizes)}
+    return {
+        f"c{i}": (rng.normal(size=(n, 5)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32))
+        for i, n in enumerate(sizes)
+    }
 
 
 def _fedavg_and_pooled(sizes, local_epochs=1, batch_size=None):
@@ -28,8 +35,16 @@ def _fedavg_and_pooled(sizes, local_epochs=1, batch_size=None):
     model = _model()
     start = model.get_weights()
     trainer = Trainer(model, task, 0.5, "sgd")
-    fed, history = fedavg(trainer, start, clients, rounds=1, clients_per_round=len(clients), local_epochs=local_epochs,
-                          batch_size=batch_size or max(sizes), seed=0)
+    fed, history = fedavg(
+        trainer,
+        start,
+        clients,
+        rounds=1,
+        clients_per_round=len(clients),
+        local_epochs=local_epochs,
+        batch_size=batch_size or max(sizes),
+        seed=0,
+    )
     assert history[0]["clients"] == len(clients) and history[0]["examples"] == sum(sizes)
     x = np.concatenate([c[0] for c in clients.values()])
     y = np.concatenate([c[1] for c in clients.values()])
@@ -55,8 +70,16 @@ def test_fedavg_weights_clients_by_their_examples():
     np.testing.assert_allclose(average([a, b], [3, 1])[0], [1.0, 3.0])
     with pytest.raises(ValueError, match="clients_per_round"):
         model = _model()
-        fedavg(Trainer(model, ClassificationTask((5,), 3), 0.1, "sgd"), model.get_weights(), _clients([4, 4]),
-               rounds=1, clients_per_round=3, local_epochs=1, batch_size=4, seed=0)
+        fedavg(
+            Trainer(model, ClassificationTask((5,), 3), 0.1, "sgd"),
+            model.get_weights(),
+            _clients([4, 4]),
+            rounds=1,
+            clients_per_round=3,
+            local_epochs=1,
+            batch_size=4,
+            seed=0,
+        )
 
 
 def test_paper_claims_follow_the_papers_direction():
@@ -64,15 +87,22 @@ def test_paper_claims_follow_the_papers_direction():
     values = {n.quantity: n.value for n in exp.PAPER.numbers}
     for claim, effect in changes.items():
         assert values[effect.better] > values[effect.worse], claim  # every paper change is positive
-    assert {c for c, *_ in exp.ORDERINGS} == {f"CloudCustomize beats {m} ({k})" for m in (exp.AUT, exp.CLOUD, exp.FED)
-                                               for k in ("LSTM", "MobileNet")}
+    assert {c for c, *_ in exp.ORDERINGS} == {
+        f"CloudCustomize beats {m} ({k})" for m in (exp.AUT, exp.CLOUD, exp.FED) for k in ("LSTM", "MobileNet")
+    }
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("fedavg_clients", 0, "at least 1"), ("cloud_init", "imagenet", "'public' or 'scratch'"),
-    ("mobilenet_alpha", 0.5, "declared ImageNet weights"), ("text_top_fraction", 0.0, r"\(0, 1\]"),
-    ("image_size", 16, "at least 32"), ("text_personal_optimizer", "rmsprop", "'sgd' or 'adam'"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("fedavg_clients", 0, "at least 1"),
+        ("cloud_init", "imagenet", "'public' or 'scratch'"),
+        ("mobilenet_alpha", 0.5, "declared ImageNet weights"),
+        ("text_top_fraction", 0.0, r"\(0, 1\]"),
+        ("image_size", 16, "at least 32"),
+        ("text_personal_optimizer", "rmsprop", "'sgd' or 'adam'"),
+    ],
+)
 def test_bad_parameters_fail_naming_the_parameter(name, value, message):
     with pytest.raises(ParameterError, match=f"'{name}' .*{message}"):
         exp.Params.for_scale("smoke", **{name: value})

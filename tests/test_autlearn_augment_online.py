@@ -1,5 +1,6 @@
 """AutLearn A3/A4 techniques: EDA over WordNet, image augmentation, and the online update from
 the inference cache (the same update as the plain last-layer step)."""
+
 from collections import Counter
 
 import numpy as np
@@ -10,17 +11,25 @@ from ondevice.papers.autlearn.techniques import eda as eda_mod
 from ondevice.papers.autlearn.techniques.eda import EDA, augment_corpus
 from ondevice.papers.autlearn.techniques.image_augment import ImageAugmenter, augment_images
 
-HEADER = ["  1 This is a fixture in the format of WordNet 3.0's database files.  ",
-          "  2 WordNet 3.0 Copyright 2006 by Princeton University.  All rights reserved.  "]
+HEADER = [
+    "  1 This is a fixture in the format of WordNet 3.0's database files.  ",
+    "  2 WordNet 3.0 Copyright 2006 by Princeton University.  All rights reserved.  ",
+]
 # Synsets per part of speech: (lex_filenum, ss_type, lemmas, gloss). Lemma lex ids are 0.
 SYNSETS = {
-    "noun": [("05", "n", ["dog", "domestic_dog", "Canis_familiaris"], "a member of the genus Canis"),
-             ("18", "n", ["cad", "bounder", "dog"], "someone who is morally reprehensible"),
-             ("18", "n", ["woman", "adult_female"], "an adult female person")],
-    "verb": [("38", "v", ["chase", "chase_after", "dog"], "go after with the intent to catch"),
-             ("38", "v", ["run"], "move fast by using one's feet")],
-    "adj": [("00", "a", ["happy(a)", "glad"], "enjoying or showing or marked by joy"),
-            ("00", "s", ["felicitous", "happy(p)", "well-chosen"], "exhibiting an agreeable appropriateness")],
+    "noun": [
+        ("05", "n", ["dog", "domestic_dog", "Canis_familiaris"], "a member of the genus Canis"),
+        ("18", "n", ["cad", "bounder", "dog"], "someone who is morally reprehensible"),
+        ("18", "n", ["woman", "adult_female"], "an adult female person"),
+    ],
+    "verb": [
+        ("38", "v", ["chase", "chase_after", "dog"], "go after with the intent to catch"),
+        ("38", "v", ["run"], "move fast by using one's feet"),
+    ],
+    "adj": [
+        ("00", "a", ["happy(a)", "glad"], "enjoying or showing or marked by joy"),
+        ("00", "s", ["felicitous", "happy(p)", "well-chosen"], "exhibiting an agreeable appropriateness"),
+    ],
     "adv": [("02", "r", ["quickly", "speedily", "apace"], "with rapid movements")],
 }
 EXCEPTIONS = {"noun": ["women woman"], "verb": ["ran run"], "adj": [], "adv": []}
@@ -42,8 +51,10 @@ def wordnet(tmp_path_factory):
             offset += len(line) + 1
         (root / f"data.{pos}").write_text("\n".join(lines) + "\n", encoding="latin-1")
         pos_letter = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}[pos]
-        rows = [f"{lemma} {pos_letter} {len(offs)} 0 {len(offs)} 0 " + " ".join(f"{o:08d}" for o in offs) + "  "
-                for lemma, offs in sorted(index.items())]
+        rows = [
+            f"{lemma} {pos_letter} {len(offs)} 0 {len(offs)} 0 " + " ".join(f"{o:08d}" for o in offs) + "  "
+            for lemma, offs in sorted(index.items())
+        ]
         (root / f"index.{pos}").write_text("\n".join(HEADER + rows) + "\n", encoding="latin-1")
         (root / f"{pos}.exc").write_text("".join(f"{e}\n" for e in EXCEPTIONS[pos]))
     return WordNet(root)
@@ -59,7 +70,9 @@ def test_wordnet_reader_finds_synsets_across_parts_of_speech(wordnet):
 
 def test_wordnet_reader_reduces_inflections_like_morphy(wordnet):
     assert "domestic dog" in wordnet.synonyms("dogs") and "dog" in wordnet.synonyms("dogs")  # -s detached
-    assert wordnet.lemmas("chased", "verb") == ["chase"] and wordnet.lemmas("running", "verb") == []  # -ed detached; no rule gives run
+    assert (
+        wordnet.lemmas("chased", "verb") == ["chase"] and wordnet.lemmas("running", "verb") == []
+    )  # -ed detached; no rule gives run
     assert wordnet.synonyms("women") == ("adult female", "woman")  # noun.exc
     assert wordnet.lemmas("ran", "verb") == ["run"]  # verb.exc
 
@@ -109,8 +122,11 @@ def test_synonym_replacement_uses_wordnet_synonyms_and_skips_stop_words(eda, wor
     rng = np.random.default_rng(2)
     words = "the dog and the happy woman".split()
     # n = 1: one content word replaced, at every occurrence, by one of its WordNet synonyms
-    allowed = [" ".join(s if t == w else t for t in words).split()
-               for w in ("dog", "happy", "woman") for s in wordnet.synonyms(w)]
+    allowed = [
+        " ".join(s if t == w else t for t in words).split()
+        for w in ("dog", "happy", "woman")
+        for s in wordnet.synonyms(w)
+    ]
     seen = set()
     for _ in range(30):
         out = eda.synonym_replacement(words, 1, rng)
@@ -182,7 +198,9 @@ def test_image_augmentation_keeps_shapes_dtypes_and_labels_and_changes_pixels(im
     assert gx.shape == x.shape and gx.dtype == x.dtype and gy.tolist() == y.tolist()  # cap 1, n_aug 1: each once
     assert np.abs(gx - x).mean() > 0.01
     rgb = np.repeat(x[..., None], 3, axis=-1)
-    gx3, gy3 = augment_images(ImageAugmenter(("flip", "scale", "noise")), rgb, y, np.random.default_rng(1), n_aug=3, cap=0.5)
+    gx3, gy3 = augment_images(
+        ImageAugmenter(("flip", "scale", "noise")), rgb, y, np.random.default_rng(1), n_aug=3, cap=0.5
+    )
     assert gx3.shape == (6, 28, 28, 3) and len(gy3) == 6
     unique = np.arange(len(x))  # one label per image: the label names the source image
     gn, gl = augment_images(ImageAugmenter(("noise",)), x, unique, np.random.default_rng(2), n_aug=2, cap=1.0)
@@ -235,14 +253,14 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
     plain = Trainer(model, task, 0.05, optimizer, hooks=[FineTune("logits")])
     plain.reset(start)
     for i in (0, 16, 32):
-        plain.step(x[i: i + 16], y[i: i + 16])
+        plain.step(x[i : i + 16], y[i : i + 16])
     expected = model.get_weights()
     online = OnlineTrainer(model, task, 0.05, optimizer, head="logits")
     online.reset(start)
     for i in (0, 16, 32):
-        cached = online.infer_and_cache(x[i: i + 16])
-        np.testing.assert_allclose(cached["logits"].numpy(), model(x[i: i + 16]).numpy(), atol=1e-6)
-        online.train_from_cache(cached["features"], y[i: i + 16])
+        cached = online.infer_and_cache(x[i : i + 16])
+        np.testing.assert_allclose(cached["logits"].numpy(), model(x[i : i + 16]).numpy(), atol=1e-6)
+        online.train_from_cache(cached["features"], y[i : i + 16])
     got = model.get_weights()
     for a, b in zip(expected, got):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)

@@ -1,5 +1,6 @@
 """AutLearn availability (A7): finishing inside availability windows, FLASH's phone layer times,
 device profiles, and training across windows through the trainable TFLite file (real interpreter)."""
+
 import json
 import math
 
@@ -7,27 +8,30 @@ import numpy as np
 import pytest
 
 from ondevice.device import availability as av
-from ondevice.papers.deeptype import export as device_export
 from ondevice.device import tflite
-from ondevice.papers.autlearn.experiments import autlearn_availability as ex
 from ondevice.models import lstm_lm
+from ondevice.papers.autlearn.experiments import autlearn_availability as ex
+from ondevice.papers.deeptype import export as device_export
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
 
 WINDOWS = np.array([[0.0, 100.0], [200.0, 260.0], [1000.0, 2000.0]])
 
 
-@pytest.mark.parametrize("t0,need,step,overhead,expected", [
-    (0, 100, 10, 0, 100),      # fills the first window exactly
-    (0, 150, 10, 0, 250),      # 100 s in the first, 50 s into the second
-    (0, 150, 10, 10, 1015),    # overhead: 9 + 5 steps in the first two windows, then 5 s restore + 1 step
-    (50, 30, 10, 0, 30),       # starts inside a window
-    (150, 30, 10, 0, 80),      # starts between windows: waits for the next
-    (0, 120, 30, 0, 230),      # whole steps: 3 fit the first window (10 s lost), the 4th runs in the second
-    (0, 0, 10, 0, 0),
-    (0, 5000, 10, 0, math.inf),  # the windows run out
-    (2500, 10, 10, 0, math.inf),
-])
+@pytest.mark.parametrize(
+    "t0,need,step,overhead,expected",
+    [
+        (0, 100, 10, 0, 100),  # fills the first window exactly
+        (0, 150, 10, 0, 250),  # 100 s in the first, 50 s into the second
+        (0, 150, 10, 10, 1015),  # overhead: 9 + 5 steps in the first two windows, then 5 s restore + 1 step
+        (50, 30, 10, 0, 30),  # starts inside a window
+        (150, 30, 10, 0, 80),  # starts between windows: waits for the next
+        (0, 120, 30, 0, 230),  # whole steps: 3 fit the first window (10 s lost), the 4th runs in the second
+        (0, 0, 10, 0, 0),
+        (0, 5000, 10, 0, math.inf),  # the windows run out
+        (2500, 10, 10, 0, math.inf),
+    ],
+)
 def test_finish_seconds(t0, need, step, overhead, expected):
     assert av.finish_seconds(WINDOWS, t0, need, step, overhead) == expected
 
@@ -70,8 +74,11 @@ def test_fit_recovers_a_known_linear_layer_time():
     rng = np.random.default_rng(0)
     X = rng.choice(np.linspace(0.05, 1, 20), size=(400, 4))
     X[:, 2], X[:, 3] = rng.choice(np.arange(1, 11) / 10, 400), rng.choice([0.2, 0.4, 0.6, 0.8, 1.0], 400)
-    coef = {"embedding": np.array([0.02, 0.001, 0.3, 0.0]), "lstm": np.array([0.3, 0.004, 0.001, 0.01]),
-            "output": np.array([0.05, 0.0005, 0.0, 0.03])}
+    coef = {
+        "embedding": np.array([0.02, 0.001, 0.3, 0.0]),
+        "lstm": np.array([0.3, 0.004, 0.001, 0.01]),
+        "output": np.array([0.05, 0.0005, 0.0, 0.03]),
+    }
     data = {layer: (X, av._work(layer, *av._denormalise(layer, X)) @ c) for layer, c in coef.items()}
     times = av.fit_layer_times("redmi_note8", data)
     for layer, c in coef.items():
@@ -120,8 +127,10 @@ def _module_and_batches(optimizer: str, steps: int = 6):
     model = lstm_lm.build(lstm_lm.LSTMConfig(40, 30, 8, 12), seed=3)
     task = NextWordTask(3)
     rng = np.random.default_rng(1)
-    batches = [(rng.integers(1, 40, (4, n), dtype=np.int32), rng.integers(1, 30, (4, n), dtype=np.int32))
-               for n in rng.integers(3, 8, steps)]
+    batches = [
+        (rng.integers(1, 40, (4, n), dtype=np.int32), rng.integers(1, 30, (4, n), dtype=np.int32))
+        for n in rng.integers(3, 8, steps)
+    ]
     return model, task, tflite.convert(tflite.TrainableModel(model, task, 0.5, optimizer)), batches
 
 
@@ -160,12 +169,19 @@ def test_train_across_windows_checks_the_schedule(sgd, tmp_path):
         av.train_across_windows(flatbuffer, task, batches, [2, 3], tmp_path / "x")
 
 
-@pytest.mark.parametrize("override,name", [
-    ({"variant": "half"}, "variant"), ({"epochs_grid": (1, 2)}, "epochs_grid"), ({"trace_source": "csv"}, "trace_source"),
-    ({"trace_home_wifi": 1.5}, "trace_home_wifi"), ({"resume_schedule": (3,)}, "resume_schedule"),
-    ({"trace_model_weights": (1.0,)}, "trace_model_weights"), ({"unknown_phone": "pixel"}, "unknown_phone"),
-    ({"trace_source": "flash", "trace_file": "/no/such/file"}, "trace_file"),
-])
+@pytest.mark.parametrize(
+    "override,name",
+    [
+        ({"variant": "half"}, "variant"),
+        ({"epochs_grid": (1, 2)}, "epochs_grid"),
+        ({"trace_source": "csv"}, "trace_source"),
+        ({"trace_home_wifi": 1.5}, "trace_home_wifi"),
+        ({"resume_schedule": (3,)}, "resume_schedule"),
+        ({"trace_model_weights": (1.0,)}, "trace_model_weights"),
+        ({"unknown_phone": "pixel"}, "unknown_phone"),
+        ({"trace_source": "flash", "trace_file": "/no/such/file"}, "trace_file"),
+    ],
+)
 def test_bad_parameters_name_themselves(override, name):
     with pytest.raises(ParameterError, match=name):
         ex.Params.for_scale("smoke", **override)
@@ -182,8 +198,12 @@ def test_finish_within_day_on_a_hand_made_trace():
     device = DeviceWindows("d", "Nexus 6", 0.0, 3 * day, {AUTONOMOUS: auto, FEDERATED: auto[1:]})
     trace = ex.Trace([device], "hand-made", True, (AUTONOMOUS, FEDERATED), {}, 0)
     params = ex.Params.for_scale("smoke", start_hours=(0, 2, 12), epochs_grid=(1, 5), window_overhead_s=0.0)
-    phones = pd.DataFrame([{"user": "u", "phone": "nexus6", "variant": v, "phone_step_seconds": 60.0,
-                            "phone_minutes_per_epoch": 10.0} for v in ex.VARIANTS])
+    phones = pd.DataFrame(
+        [
+            {"user": "u", "phone": "nexus6", "variant": v, "phone_step_seconds": 60.0, "phone_minutes_per_epoch": 10.0}
+            for v in ex.VARIANTS
+        ]
+    )
     table = ex.finish_within_day(params, trace, phones).set_index(["condition", "variant", "epochs"])
     one = table.loc[(AUTONOMOUS, "fine_tune", 1)]
     # 10 min needed: from 00:00 done 01:10, from 02:00 done 02:10, from 12:00 done next day 01:10

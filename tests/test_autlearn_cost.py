@@ -1,5 +1,6 @@
 """AutLearn A5/A6: structured pruning, its stop rule, FLOP and parameter counts, and the compiler
 paths (TensorFlow, XLA, TFLite) agreeing on the loss of the same step. Real TensorFlow throughout."""
+
 import numpy as np
 import pytest
 import tf_keras as keras
@@ -71,24 +72,43 @@ def test_flop_and_parameter_counts_of_a_known_model():
     assert pruning.parameters(model) == (81 * 2 + 6) + 54 + (30 + 5) + (20 + 4)
     lstm = small_lstm()  # per position: two LSTMs (8->12, 12->12) and the softmax 12->30
     assert pruning.forward_flops(lstm) == 2 * 4 * 12 * (8 + 12) + 2 * 4 * 12 * 24 + 2 * 12 * 30
-    assert pruning.last_layer_train_flops(lstm, "softmax", 10) == 10 * (pruning.forward_flops(lstm) + 2 * 12 * 30) + 12 * (12 * 30 + 30)
+    assert pruning.last_layer_train_flops(lstm, "softmax", 10) == 10 * (
+        pruning.forward_flops(lstm) + 2 * 12 * 30
+    ) + 12 * (12 * 30 + 30)
 
 
 def test_search_stops_at_the_accuracy_budget():
     model = small_lstm()
-    script = iter([0.50, 0.49, 0.48, 0.40,   # base; round 1 trials (embedding, lstm_1, lstm_2)
-                   0.495,                    # round 1 after re-training: within 1%
-                   0.45, 0.47, 0.46,         # round 2 trials: lstm_1 is best
-                   0.485])                   # after re-training: 1.5% below the base, over the budget
+    script = iter(
+        [
+            0.50,
+            0.49,
+            0.48,
+            0.40,  # base; round 1 trials (embedding, lstm_1, lstm_2)
+            0.495,  # round 1 after re-training: within 1%
+            0.45,
+            0.47,
+            0.46,  # round 2 trials: lstm_1 is best
+            0.485,
+        ]
+    )  # after re-training: 1.5% below the base, over the budget
     retrained = []
-    best, rounds, base = pruning.search(model, lambda m: next(script), retrained.append, step=0.25, max_drop=0.01,
-                                        layers=["embedding", "lstm_1", "lstm_2"], log=lambda *_: None)
+    best, rounds, base = pruning.search(
+        model,
+        lambda m: next(script),
+        retrained.append,
+        step=0.25,
+        max_drop=0.01,
+        layers=["embedding", "lstm_1", "lstm_2"],
+        log=lambda *_: None,
+    )
     assert base == 0.50 and [r.layer for r in rounds] == ["embedding", "lstm_1"]
     assert [r.within_budget for r in rounds] == [True, False] and len(retrained) == 2
     assert pruning.width(best.get_layer("embedding")) == 6 and pruning.width(best.get_layer("lstm_1")) == 12
     assert best is retrained[0]  # the last model within the budget, not the one that broke it
-    first, rounds, _ = pruning.search(model, lambda m: 0.5 if m is model else 0.3, lambda m: None,
-                                      layers=["lstm_1"], log=lambda *_: None)
+    first, rounds, _ = pruning.search(
+        model, lambda m: 0.5 if m is model else 0.3, lambda m: None, layers=["lstm_1"], log=lambda *_: None
+    )
     assert first is model and len(rounds) == 1 and not rounds[0].within_budget
 
 

@@ -1,5 +1,6 @@
 """AutLearn's shared layer: the Sent140 and FEMNIST readers, the top-users rule, the privacy
 invariant (no personal token reaches the cloud side) and the on-device last-layer step."""
+
 import json
 
 import numpy as np
@@ -17,12 +18,22 @@ class P(common.AutLearnParams):
 
 
 def tiny(**overrides) -> P:
-    values = dict(vocab_size=300, embedding_dim=8, hidden_units=8, pretrain_epochs=1, pretrain_max_tweets=300,
-                  text_users=0, text_top_fraction=0.01, user_max_words=0, image_size=32)
+    values = dict(
+        vocab_size=300,
+        embedding_dim=8,
+        hidden_units=8,
+        pretrain_epochs=1,
+        pretrain_max_tweets=300,
+        text_users=0,
+        text_top_fraction=0.01,
+        user_max_words=0,
+        image_size=32,
+    )
     return P.for_scale("smoke", **{**values, **overrides})
 
 
 # ---- readers --------------------------------------------------------------------------------------
+
 
 def test_sent140_mirror_file_reads_all_tweets():
     users, files = sent140.load()
@@ -30,13 +41,22 @@ def test_sent140_mirror_file_reads_all_tweets():
     assert files[0].name == "all_data_niid_05_keep_3_test_9.json"
 
 
-@pytest.mark.parametrize("doc, message", [
-    ("not json", "not a readable JSON"),
-    ({"users": ["a"]}, "expected LEAF's format"),
-    ({"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a"]], "y": [0]}}}, "tweet 0"),
-    ({"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a", "hi", "test"]], "y": [0, 1]}}}, "1 tweets but 2 labels"),
-    ({"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a", "hi", "test"]], "y": [7]}}}, "label other than 0 or 1"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ("not json", "not a readable JSON"),
+        ({"users": ["a"]}, "expected LEAF's format"),
+        ({"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a"]], "y": [0]}}}, "tweet 0"),
+        (
+            {"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a", "hi", "test"]], "y": [0, 1]}}},
+            "1 tweets but 2 labels",
+        ),
+        (
+            {"users": ["a"], "user_data": {"a": {"x": [["1", "d", "q", "a", "hi", "test"]], "y": [7]}}},
+            "label other than 0 or 1",
+        ),
+    ],
+)
 def test_sent140_rejects_malformed_files_naming_them(tmp_path, doc, message):
     path = tmp_path / "broken_sent140.json"
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
@@ -49,13 +69,16 @@ def _femnist_doc(x, y):
     return {"users": ["w1"], "num_samples": [len(y)], "user_data": {"w1": {"x": x, "y": y}}}
 
 
-@pytest.mark.parametrize("doc, message", [
-    (_femnist_doc([[0.5] * 10], [1]), "rows of 784 pixels"),
-    (_femnist_doc([[1.5] * 784], [1]), r"pixels must lie in \[0, 1\]"),
-    (_femnist_doc([[0.5] * 784], [62]), "one class in 0..61"),
-    (_femnist_doc([[0.5] * 784], [1, 2]), "one class in 0..61"),
-    ({"users": ["w1"], "user_data": {}}, "writer 'w1' has no 'x' and 'y'"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (_femnist_doc([[0.5] * 10], [1]), "rows of 784 pixels"),
+        (_femnist_doc([[1.5] * 784], [1]), r"pixels must lie in \[0, 1\]"),
+        (_femnist_doc([[0.5] * 784], [62]), "one class in 0..61"),
+        (_femnist_doc([[0.5] * 784], [1, 2]), "one class in 0..61"),
+        ({"users": ["w1"], "user_data": {}}, "writer 'w1' has no 'x' and 'y'"),
+    ],
+)
 def test_femnist_rejects_malformed_files_naming_them(tmp_path, doc, message):
     path = tmp_path / "broken_femnist_train_9.json"
     path.write_text(json.dumps(doc))
@@ -69,8 +92,11 @@ def test_femnist_needs_train_and_test_pairs(tmp_path):
     (tmp_path / "all_data_1_train_9.json").write_text(good)
     with pytest.raises(manifests.DataError, match="pairs"):
         femnist.load(tmp_path)
-    (tmp_path / "all_data_1_test_9.json").write_text(json.dumps({**_femnist_doc([[0.5] * 784], [3]), "users": ["w2"],
-                                                                  "user_data": {"w2": {"x": [[0.5] * 784], "y": [3]}}}))
+    (tmp_path / "all_data_1_test_9.json").write_text(
+        json.dumps(
+            {**_femnist_doc([[0.5] * 784], [3]), "users": ["w2"], "user_data": {"w2": {"x": [[0.5] * 784], "y": [3]}}}
+        )
+    )
     with pytest.raises(manifests.DataError, match="different writers"):
         femnist.load(tmp_path)
 
@@ -105,8 +131,11 @@ MARKERS = ("zqxmarkerone", "zqxmarkertwo")
 
 def _with_markers(speeches):
     """Two planted users, each the heaviest of all, typing unique marker words."""
-    planted = [Speech("plantedplay", f"MARKER{i}", " ".join([word] * 20 + ["and", "the", "king"]) + ".")
-               for i, word in enumerate(MARKERS) for _ in range(600)]
+    planted = [
+        Speech("plantedplay", f"MARKER{i}", " ".join([word] * 20 + ["and", "the", "king"]) + ".")
+        for i, word in enumerate(MARKERS)
+        for _ in range(600)
+    ]
     return list(speeches) + planted
 
 
@@ -129,8 +158,10 @@ def test_marker_users_never_reach_vocabulary_or_pretraining(speeches, tmp_path, 
     assert all(np.array_equal(a, b) for a, b in zip(first.weights, again.weights))
     # the check can fail: the same markers in the PUBLIC text do reach the vocabulary
     leaked = {**tweets, "leaker": [" ".join([MARKERS[0]] * 500)]}
-    assert MARKERS[0] in common.load_text(tiny(pretrain_max_tweets=0), lambda *a: None, speeches=speeches,
-                                          tweets=leaked).vocab.words
+    assert (
+        MARKERS[0]
+        in common.load_text(tiny(pretrain_max_tweets=0), lambda *a: None, speeches=speeches, tweets=leaked).vocab.words
+    )
 
 
 def test_personal_split_is_by_order(speeches):
@@ -148,6 +179,7 @@ def test_personal_split_is_by_order(speeches):
 
 
 # ---- the on-device step -------------------------------------------------------------------------
+
 
 def test_image_head_step_equals_last_layer_hook_on_the_whole_model():
     params = tiny(image_personal_optimizer="sgd", image_personal_learning_rate=0.5, image_personal_batch_size=8)
@@ -200,10 +232,14 @@ def test_rate_is_chosen_on_validation_users_only():
     pre = common.pretrained_image(params, None, lambda *a: None)
     rng = np.random.default_rng(0)
     writer = lambda label, n: (rng.random((n, 28, 28, 1), dtype=np.float32), np.full(n, label, np.int32))
-    val = common.Validation(("v1", "v2"), {"v1": writer(5, 24), "v2": writer(5, 24)}, {"v1": writer(5, 8), "v2": writer(5, 8)})
+    val = common.Validation(
+        ("v1", "v2"), {"v1": writer(5, 24), "v2": writer(5, 24)}, {"v1": writer(5, 8), "v2": writer(5, 8)}
+    )
 
     def choose(test_label):
-        data = common.ImageData(None, [], ("t1",), {"t1": writer(test_label, 24)}, {"t1": writer(test_label, 8)}, 3, val)
+        data = common.ImageData(
+            None, [], ("t1",), {"t1": writer(test_label, 24)}, {"t1": writer(test_label, 8)}, 3, val
+        )
         return common.choose_rate(params, "image", data, pre, lambda *a: None)
 
     chosen, table = choose(7)
@@ -213,6 +249,7 @@ def test_rate_is_chosen_on_validation_users_only():
     assert all(np.array_equal(a, b) for a, b in zip(pre.model.get_weights(), pre.weights))
     again, other = choose(11)  # other test writers: the same table
     assert again == chosen and other["validation mean top-1"].tolist() == table["validation mean top-1"].tolist()
-    kept, empty = common.choose_rate(tiny(image_rate_candidates=()), "image", common.ImageData(None, [], (), {}, {}, 0, val),
-                                     pre, lambda *a: None)
+    kept, empty = common.choose_rate(
+        tiny(image_rate_candidates=()), "image", common.ImageData(None, [], (), {}, {}, 0, val), pre, lambda *a: None
+    )
     assert kept.image_personal_learning_rate == tiny().image_personal_learning_rate and empty.empty

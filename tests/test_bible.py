@@ -1,5 +1,6 @@
 """The Bible through its manifest and the per-user text type (books as users), and the far-corpus
 DeepType corpus built from it: same users and split as the crowd's, its own vocabulary."""
+
 import pytest
 
 from ondevice.data import bible, manifests, user_text

@@ -6,8 +6,11 @@ import pytest
 
 from ondevice.report import claims
 
-PAPER = claims.Paper("someone 2018", (claims.PaperNumber("before", 0.5, "T1"), claims.PaperNumber("after", 0.6, "T1")),
-                     (claims.Effect("training helps", "after", "before"),))
+PAPER = claims.Paper(
+    "someone 2018",
+    (claims.PaperNumber("before", 0.5, "T1"), claims.PaperNumber("after", 0.6, "T1")),
+    (claims.Effect("training helps", "after", "before"),),
+)
 
 
 def users(rng, n, seeds=1, scale=1.2, noise=0.01):
@@ -32,7 +35,7 @@ def test_a_large_consistent_effect_holds():
     assert r["verdict"] == "holds" and r["ci_low"] > 0.1
     assert r["change"] == pytest.approx(0.2, abs=0.05)
     assert (r["users"], r["seeds"], r["users_improved"], r["users_worse"]) == (30, 1, 30, 0)
-    assert r["sign_test_p"] == pytest.approx(2 / 2 ** 30)
+    assert r["sign_test_p"] == pytest.approx(2 / 2**30)
 
 
 def test_a_reversed_effect_does_not_hold():
@@ -86,12 +89,15 @@ def test_sign_test_drops_ties_and_is_two_sided():
     assert (r["users_improved"], r["users_worse"]) == (3, 0) and r["sign_test_p"] == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("better,worse,message", [
-    (np.ones((2, 5)), np.ones((3, 5)), "shapes"),
-    (np.ones(1), np.ones(1), "at least 2 users"),
-    (np.array([1.0, np.nan]), np.ones(2), "non-finite"),
-    (np.ones((2, 2, 2)), np.ones((2, 2, 2)), "shape"),
-])
+@pytest.mark.parametrize(
+    "better,worse,message",
+    [
+        (np.ones((2, 5)), np.ones((3, 5)), "shapes"),
+        (np.ones(1), np.ones(1), "at least 2 users"),
+        (np.array([1.0, np.nan]), np.ones(2), "non-finite"),
+        (np.ones((2, 2, 2)), np.ones((2, 2, 2)), "shape"),
+    ],
+)
 def test_bad_shapes_are_clear_errors(better, worse, message):
     with pytest.raises(ValueError, match=message):
         claims.paired_effect(better, worse, np.random.default_rng(0))
@@ -117,14 +123,37 @@ def test_effects_table_and_verdict_text_say_how_sure_we_are_and_name_stand_in_da
 
 
 def test_verdict_text_says_holds_and_does_not_hold_plainly():
-    effects = pd.DataFrame([
-        {"effect": "a", "paper change": 0.2, "our change": 0.15, "ci low": 0.1, "ci high": 0.2, "users": 30,
-         "seeds": 1, "verdict": "holds", "level": 0.9},
-        {"effect": "b", "paper change": 0.2, "our change": -0.15, "ci low": -0.2, "ci high": -0.1, "users": 30,
-         "seeds": 2, "verdict": "does not hold", "level": 0.95},
-    ])
+    effects = pd.DataFrame(
+        [
+            {
+                "effect": "a",
+                "paper change": 0.2,
+                "our change": 0.15,
+                "ci low": 0.1,
+                "ci high": 0.2,
+                "users": 30,
+                "seeds": 1,
+                "verdict": "holds",
+                "level": 0.9,
+            },
+            {
+                "effect": "b",
+                "paper change": 0.2,
+                "our change": -0.15,
+                "ci low": -0.2,
+                "ci high": -0.1,
+                "users": 30,
+                "seeds": 2,
+                "verdict": "does not hold",
+                "level": 0.95,
+            },
+        ]
+    )
     a, b = claims.verdict_text(effects, None).splitlines()
-    assert a == "- **a**: holds in our measurement: +15.0% (90% interval +10.0% to +20.0%, 30 users x 1 seed; the paper reports +20.0%)."
+    assert (
+        a == "- **a**: holds in our measurement: +15.0% (90% interval +10.0% to +20.0%, 30 users x 1 "
+        "seed; the paper reports +20.0%)."
+    )
     assert b.startswith("- **b**: does not hold in our measurement: -15.0%")
 
 
@@ -144,7 +173,9 @@ def test_headline_tolerance_is_three_standard_errors_of_a_difference_of_means():
 
 
 def test_percent_keeps_a_small_change_from_reading_as_zero():
-    assert claims.percent(-0.000344) == "-0.03%" and claims.percent(0.0117) == "+1.2%" and claims.percent(0.0) == "+0.0%"
+    assert (
+        claims.percent(-0.000344) == "-0.03%" and claims.percent(0.0117) == "+1.2%" and claims.percent(0.0) == "+0.0%"
+    )
 
 
 def test_resamples_where_both_conditions_are_zero_count_as_no_change():

@@ -1,19 +1,20 @@
 """Colla's model and techniques: M-RNN sizes and its stacked twin, dual distillation, the cloud's
 client ensemble, model grouping, the customised FC, and the device/cloud privacy boundary."""
+
 import numpy as np
 import pandas as pd
 import pytest
 import tensorflow as tf
 
 from ondevice.data import places
-from ondevice.papers.colla.experiments import colla
-from ondevice.papers.colla import common
 from ondevice.models import mrnn
-from ondevice.tasks.classification import ClassificationTask
+from ondevice.papers.colla import common
+from ondevice.papers.colla.experiments import colla
 from ondevice.papers.colla.techniques import grouping
 from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
 from ondevice.papers.colla.techniques.cloud_update import ClientEnsemble
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook, FullTeacher
+from ondevice.tasks.classification import ClassificationTask
 from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer
 
@@ -49,7 +50,7 @@ def test_stacked_models_give_the_same_probabilities_as_keras():
     for k, m in enumerate(models):
         p = tf.nn.softmax(m(x)).numpy()
         np.testing.assert_allclose(stacked[k].numpy(), p, atol=1e-6)
-        assert np.all(p[:, 5 + k:] < 1e-12)  # switched-off slots get nothing
+        assert np.all(p[:, 5 + k :] < 1e-12)  # switched-off slots get nothing
 
 
 def test_distillation_loss_is_equation_2_exactly():
@@ -147,8 +148,12 @@ def test_client_update_with_dual_distillation_trains_and_stops_early():
     teacher = CloudTeacher(mrnn.build(mrnn.MRNNConfig(n_places, n_places, 8, 16, HISTORY), 2), slots)
     teacher.assign(teacher.model.get_weights(), np.array([1, 2, 3, 4, 5, -1, -1, -1]))
     params = colla.Params.for_scale("smoke", client_max_epochs=30, patience=3, learning_rate=0.05)
-    trainer = Trainer(model, ClassificationTask((HISTORY, 6), slots, input_dtype=tf.int32), params.learning_rate,
-                      hooks=[DistillationHook(teacher, params.lam)])
+    trainer = Trainer(
+        model,
+        ClassificationTask((HISTORY, 6), slots, input_dtype=tf.int32),
+        params.learning_rate,
+        hooks=[DistillationHook(teacher, params.lam)],
+    )
     x = ids(mrnn.MRNNConfig(n_places, slots, 4, 16, HISTORY), 80)
     y = (x[:, -1, 1] % 5).astype(np.int32)  # learnable from the hour feature
     train, val = common.split_latest(x, y, 0.25)
@@ -157,7 +162,9 @@ def test_client_update_with_dual_distillation_trains_and_stops_early():
     weights, history = common.fit_early_stopping(trainer, start, train, val, params, np.random.default_rng(0), 30)
     model.set_weights(weights)
     assert trainer.task.evaluate(model, val)["loss"] < before
-    assert min(h["validation_loss"] for h in history) == pytest.approx(trainer.task.evaluate(model, val)["loss"], rel=1e-5)
+    assert min(h["validation_loss"] for h in history) == pytest.approx(
+        trainer.task.evaluate(model, val)["loss"], rel=1e-5
+    )
     assert len(history) <= 30
 
 
@@ -175,12 +182,15 @@ def test_the_boundary_lets_only_parameters_and_slot_maps_cross():
 
 # --- the privacy invariant on a whole Colla run ------------------------------------------------
 
+
 def _synthetic_devices(n_devices: int, rule: places.PlaceRule, n_places: int) -> common.Devices:
     rng = np.random.default_rng(42)
     devices = {}
     for k in range(n_devices):
         n = 60
-        X = np.stack([rng.integers(0, c, (n, rule.history)) for c in [n_places, 24, 60, 7, 144, 144]], -1).astype(np.int32)
+        X = np.stack([rng.integers(0, c, (n, rule.history)) for c in [n_places, 24, 60, 7, 144, 144]], -1).astype(
+            np.int32
+        )
         y = rng.integers(1 + 3 * k, 5 + 3 * k, n).astype(np.int32)  # each device its own places
         part = np.repeat(np.arange(rule.cycles + 2), n // (rule.cycles + 2)).astype(np.int8)
         devices[f"d{k}"] = places.DeviceSamples(f"d{k}", X, y, part)
@@ -224,8 +234,9 @@ def leaked_rows(private: np.ndarray, arrays) -> int:
 
 
 def test_no_device_sample_reaches_the_cloud_side():
-    params = colla.Params.for_scale("smoke", history=3, cycles=2, client_max_epochs=2, patience=1,
-                                    cloud_embedding=4, cloud_hidden=8, device_slots=8)
+    params = colla.Params.for_scale(
+        "smoke", history=3, cycles=2, client_max_epochs=2, patience=1, cloud_embedding=4, cloud_hidden=8, device_slots=8
+    )
     n_places = 16
     rule = places.PlaceRule(history=3, cycles=2)
     devices = _synthetic_devices(3, rule, n_places)

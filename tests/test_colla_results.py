@@ -1,5 +1,6 @@
 """Both Colla experiments at smoke scale on real GeoLife devices: sane numbers, and results that
 hold aggregate metrics only (GeoLife's license: no points, places or trajectories)."""
+
 import json
 import re
 
@@ -54,7 +55,9 @@ def test_results_hold_aggregate_metrics_only(results):
             assert coordinate_like(frame) == [], f"{name}/{path.name} has coordinate-like columns"
         run = json.loads((out / "run.json").read_text())
         text = json.dumps({k: run[k] for k in ("data", "notes", "headline", "params")})
-        assert not re.search(r"\b(3\d|4\d)\.\d{4,}|\b1[01]\d\.\d{4,}", text), f"{name}/run.json has a coordinate-like number"
+        assert not re.search(r"\b(3\d|4\d)\.\d{4,}|\b1[01]\d\.\d{4,}", text), (
+            f"{name}/run.json has a coordinate-like number"
+        )
         assert not any(re.search(r"map|trajector|track", f) for f in run["figures"])
 
 

@@ -1,5 +1,6 @@
 """D2 data size and epochs: nested training sets, one cached model per size whose stored
 per-epoch scores are the trained model's, and the convergence rule."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ def test_training_sets_are_nested_shares(setup):
     params, corpus, sets = setup
     sizes = list(sets.sets)
     assert sizes == sorted(sizes) and len(sizes) == len(params.size_fractions)
-    for (small, a), (large, b) in zip(list(sets.sets.items()), list(sets.sets.items())[1:]):
+    for (_, a), (_, b) in zip(list(sets.sets.items()), list(sets.sets.items())[1:]):
         assert b[: len(a)] == a  # the smaller set is the start of the larger one
     for f, (words, sents) in zip(params.size_fractions, sets.sets.items()):
         assert words == sum(map(len, sents)) >= f * params.size_max_words
@@ -29,7 +30,9 @@ def test_training_sets_are_nested_shares(setup):
     assert set(sets.evaluation) == set(corpus.split.test)
     assert all(len(s) == params.eval_max_words for s in sets.evaluation.values())
     with pytest.raises(ParameterError, match="size_max_words"):
-        exp.training_sets(exp.Params.for_scale("smoke", crowd_max_words=3000, size_max_words=10**7), corpus, lambda _: None)
+        exp.training_sets(
+            exp.Params.for_scale("smoke", crowd_max_words=3000, size_max_words=10**7), corpus, lambda _: None
+        )
 
 
 def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, monkeypatch):
@@ -56,12 +59,18 @@ def test_epochs_to_converge_and_effects():
     rows = []
     for seed, curve in ((0, [0.30, 0.40, 0.45, 0.452, 0.451]), (1, [0.30, 0.35, 0.38, 0.40, 0.46])):
         for epoch, v in enumerate(curve, 1):
-            rows += [{"seed": seed, "training_words": 100, "epoch": epoch, "user": u, "top_k_eff": v + d}
-                     for u, d in (("a", 0.0), ("b", 0.01), ("c", -0.01))]
+            rows += [
+                {"seed": seed, "training_words": 100, "epoch": epoch, "user": u, "top_k_eff": v + d}
+                for u, d in (("a", 0.0), ("b", 0.01), ("c", -0.01))
+            ]
     points = pd.DataFrame(rows)
     assert exp.epochs_to_converge(points, 100) == [3, 5]
-    sized = pd.concat([points.assign(training_words=w, top_k_eff=points.top_k_eff * f)
-                       for w, f in ((10, 0.8), (50, 0.95), (100, 1.0))])
+    sized = pd.concat(
+        [
+            points.assign(training_words=w, top_k_eff=points.top_k_eff * f)
+            for w, f in ((10, 0.8), (50, 0.95), (100, 1.0))
+        ]
+    )
     table = exp.effects(exp.Params.for_scale("smoke"), sized)
     np.testing.assert_allclose(table["our change"], [0.95 / 0.8 - 1, 1 / 0.95 - 1])
     assert table.words.tolist() == ["10 -> 50", "50 -> 100"] and set(table.verdict) == {"holds"}

@@ -1,6 +1,7 @@
 """D7 online-training emulation: the stream is the user's history in order, each sample is scored
 before the model learns from it, only the softmax trains, and without training the emulator
 scores exactly as the standard evaluation does."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -52,7 +53,7 @@ def test_online_training_scores_before_learning_and_trains_only_the_softmax(setu
     b = params.online_batch_size
     assert steps == len(short) // b
     np.testing.assert_array_equal(online[:b], plain[:b])  # the first buffer is suggested by the global model
-    assert not np.array_equal(online[b:], plain[b:])      # later suggestions come from the trained model
+    assert not np.array_equal(online[b:], plain[b:])  # later suggestions come from the trained model
     after = models.model.get_weights()
     softmax = {id(v) for v in models.model.get_layer("softmax").weights}
     for var, w, g in zip(models.model.weights, after, models.weights[params.seed]):
@@ -63,8 +64,9 @@ def test_online_training_scores_before_learning_and_trains_only_the_softmax(setu
 
 def test_full_training_changes_every_layer(setup):
     params, _, models, short = setup
-    full = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, online_training="full",
-                                personal_learning_rate=0.5)
+    full = exp.Params.for_scale(
+        "smoke", crowd_max_words=3000, global_epochs=1, online_training="full", personal_learning_rate=0.5
+    )
     exp.Emulator(full, models).run(short, params.seed, train=True)
     changed = [not np.array_equal(w, g) for w, g in zip(models.model.get_weights(), models.weights[params.seed])]
     assert all(changed)
@@ -72,12 +74,22 @@ def test_full_training_changes_every_layer(setup):
 
 def test_parts_and_effects():
     parts = exp._parts(100, 70, 0.1)
-    assert parts["last"].tolist() == list(range(90, 100)) and parts["later_lines"][0] == 70 and len(parts["stream"]) == 100
+    assert (
+        parts["last"].tolist() == list(range(90, 100)) and parts["later_lines"][0] == 70 and len(parts["stream"]) == 100
+    )
     rows = []
     for i, user in enumerate("abcde"):
         for condition, bump in (("global", 0.0), ("online", 0.05)):
-            rows.append({"seed": 0, "user": user, "condition": condition, "top_k_eff_stream": 0.3 + 0.01 * i + bump,
-                         "top_k_eff_last": 0.3 + 0.01 * i + 2 * bump, "top_k_eff_later_lines": 0.3 + bump})
+            rows.append(
+                {
+                    "seed": 0,
+                    "user": user,
+                    "condition": condition,
+                    "top_k_eff_stream": 0.3 + 0.01 * i + bump,
+                    "top_k_eff_last": 0.3 + 0.01 * i + 2 * bump,
+                    "top_k_eff_later_lines": 0.3 + bump,
+                }
+            )
     table = exp.effects(exp.Params.for_scale("smoke"), pd.DataFrame(rows))
     assert table.verdict.tolist() == ["holds", "holds"]
     assert table["our change"].iloc[1] > table["our change"].iloc[0] > 0

@@ -1,5 +1,6 @@
 """D3/D5 at smoke scale, run twice in one process: the second run finds its global models in the
 model cache, runs no TFLite diagnostic, and must still give exactly the same results."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -23,8 +24,9 @@ def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
     assert all(v for m in second.notes["global_models_from_cache"].values() for v in m.values())
     assert "on_device" in first.tables and "on_device" not in second.tables
     timing = [c for c in first.tables["users"] if c.endswith("seconds")]
-    pd.testing.assert_frame_equal(first.tables["users"].drop(columns=timing),
-                                  second.tables["users"].drop(columns=timing), check_exact=True)
+    pd.testing.assert_frame_equal(
+        first.tables["users"].drop(columns=timing), second.tables["users"].drop(columns=timing), check_exact=True
+    )
     pd.testing.assert_frame_equal(first.tables["effects"], second.tables["effects"], check_exact=True)
 
 
@@ -42,7 +44,9 @@ def test_one_row_per_user_condition_and_seed(two_runs):
     assert (wide[exp.CONTROL] == wide[exp.P_CROWD]).all() and (wide[exp.P_ONLY] == wide[exp.P_CROWD]).all()
     assert (wide[exp.G_CROWD] == 0).all() and (wide[exp.P_CROWD] > 0).all()
     # one global model per corpus (global_seeds = 1): both seeds score the same global model
-    g = users[users.condition.isin([exp.G_CROWD, exp.G_FAR])].pivot_table(index=["user", "condition"], columns="seed", values="top_k_eff")
+    g = users[users.condition.isin([exp.G_CROWD, exp.G_FAR])].pivot_table(
+        index=["user", "condition"], columns="seed", values="top_k_eff"
+    )
     assert (g[0] == g[1]).all()
     assert len(result.tables["global_model_cache"]) == 2
     # the far corpus has its own vocabulary, hence its own out-of-vocabulary rate on the same test words
@@ -68,7 +72,11 @@ def test_selection_on_validation_users_and_what_adam_moves(two_runs):
     sel = result.tables["selection"]
     assert sel.chosen.sum() == 1 and sel.paper_config.sum() == 1
     tuned = result.notes["tuned_config"]
-    assert sel[sel.chosen].iloc[0][["optimizer", "learning_rate", "epochs"]].tolist() == [tuned["optimizer"], tuned["learning_rate"], tuned["epochs"]]
+    assert sel[sel.chosen].iloc[0][["optimizer", "learning_rate", "epochs"]].tolist() == [
+        tuned["optimizer"],
+        tuned["learning_rate"],
+        tuned["epochs"],
+    ]
     # a fresh Adam state moves the softmax rows of words the user never typed, relative to the
     # rows of words they did type, far more than plain SGD does
     ratio = sel.assign(r=sel.unseen_row_shift / sel.seen_row_shift).groupby("optimizer").r.median()

@@ -1,5 +1,6 @@
 """Device-state trace readers (FLASH, FedScale) on hand-written fixtures, their errors on malformed
 input, the synthetic FLASH-format generator, and the trace manifests (declared, not offline)."""
+
 import atexit
 import json
 import pickle
@@ -16,32 +17,46 @@ from ondevice.data import manifests
 
 # Hand-written traces in the two formats, written to files as the readers expect them.
 FLASH_TRACE = {
-    "1": {"guid": "fixture-1", "model": "Redmi Note 8", "messages": (
-        "2021-03-01 00:00:00\twifi\n"
-        "2021-03-01 00:00:00\tscreen_on\n"
-        "2021-03-01 01:00:00\tbattery_charged_on\n"
-        "2021-03-01 01:00:00\t55%\n"
-        "2021-03-01 01:30:00\tscreen_off\n"
-        "2021-03-01 01:30:05\tscreen_lock\n"
-        "2021-03-01 03:30:00\t4g\n"
-        "2021-03-01 04:30:00\tscreen_on\n"
-        "2021-03-01 04:30:01\tscreen_unlock\n"
-        "2021-03-01 05:00:00\tbattery_charged_off\n"
-        "2021-03-02 00:00:00\tscreen_off\n"
-    )},
-    "2": {"guid": "fixture-2", "model": "Nexus 6", "messages": (
-        "2021-03-01 00:00:00\tscreen_off\n"
-        "2021-03-01 22:00:00\tbattery_charged_on\n"
-        "2021-03-01 20:00:00\tWIFI\n"
-        "2021-03-02 02:00:00\tphone_off\n"
-        "2021-03-02 03:00:00\tphone_on\n"
-        "2021-03-02 06:00:00\tbattery_charged_off\n"
-        "\n"
-        "2021-03-03 00:00:00\tbattery_okay\n"
-    )},
+    "1": {
+        "guid": "fixture-1",
+        "model": "Redmi Note 8",
+        "messages": (
+            "2021-03-01 00:00:00\twifi\n"
+            "2021-03-01 00:00:00\tscreen_on\n"
+            "2021-03-01 01:00:00\tbattery_charged_on\n"
+            "2021-03-01 01:00:00\t55%\n"
+            "2021-03-01 01:30:00\tscreen_off\n"
+            "2021-03-01 01:30:05\tscreen_lock\n"
+            "2021-03-01 03:30:00\t4g\n"
+            "2021-03-01 04:30:00\tscreen_on\n"
+            "2021-03-01 04:30:01\tscreen_unlock\n"
+            "2021-03-01 05:00:00\tbattery_charged_off\n"
+            "2021-03-02 00:00:00\tscreen_off\n"
+        ),
+    },
+    "2": {
+        "guid": "fixture-2",
+        "model": "Nexus 6",
+        "messages": (
+            "2021-03-01 00:00:00\tscreen_off\n"
+            "2021-03-01 22:00:00\tbattery_charged_on\n"
+            "2021-03-01 20:00:00\tWIFI\n"
+            "2021-03-02 02:00:00\tphone_off\n"
+            "2021-03-02 03:00:00\tphone_on\n"
+            "2021-03-02 06:00:00\tbattery_charged_off\n"
+            "\n"
+            "2021-03-03 00:00:00\tbattery_okay\n"
+        ),
+    },
 }
 FEDSCALE_TRACE = {
-    1: {"duration": 5400, "inactive": [7200, 12600], "finish_time": 86400, "active": [3600, 10800], "model": "Redmi Note 8"},
+    1: {
+        "duration": 5400,
+        "inactive": [7200, 12600],
+        "finish_time": 86400,
+        "active": [3600, 10800],
+        "model": "Redmi Note 8",
+    },
     7: {"duration": 0, "inactive": [], "finish_time": 172800, "active": [], "model": "SM-N970F"},
 }
 FIXTURES = Path(tempfile.mkdtemp(prefix="ondevice-trace-fixtures-"))
@@ -96,14 +111,17 @@ def _flash_with(tmp_path, messages, uid="9"):
     return path
 
 
-@pytest.mark.parametrize("line,message", [
-    ("2021-03-01 00:00:00 wifi", "expected 'YYYY-mm-dd HH:MM:SS<TAB>state'"),
-    ("2021-13-01 00:00:00\twifi", "timestamp '2021-13-01 00:00:00'"),
-    ("2021-03-01 25:00:00\twifi", "timestamp"),
-    ("2021-03-01 00:00:00\tscreen_sideways", "unknown state 'screen_sideways'"),
-    ("2021-03-01 00:00:00\t150%", "battery level '150%'"),
-    ("2021-03-01 00:00:00\tx%", "battery level 'x%'"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("2021-03-01 00:00:00 wifi", "expected 'YYYY-mm-dd HH:MM:SS<TAB>state'"),
+        ("2021-13-01 00:00:00\twifi", "timestamp '2021-13-01 00:00:00'"),
+        ("2021-03-01 25:00:00\twifi", "timestamp"),
+        ("2021-03-01 00:00:00\tscreen_sideways", "unknown state 'screen_sideways'"),
+        ("2021-03-01 00:00:00\t150%", "battery level '150%'"),
+        ("2021-03-01 00:00:00\tx%", "battery level 'x%'"),
+    ],
+)
 def test_flash_malformed_line_names_file_device_and_line(tmp_path, line, message):
     path = _flash_with(tmp_path, f"2021-03-01 00:00:00\twifi\n\n{line}\n", uid="dev7")
     with pytest.raises(dt.TraceError, match=message) as err:
@@ -111,12 +129,15 @@ def test_flash_malformed_line_names_file_device_and_line(tmp_path, line, message
     assert f"{path}: device dev7: line 3:" in str(err.value)
 
 
-@pytest.mark.parametrize("doc,message", [
-    ([1, 2], "expected a JSON object"),
-    ({"5": "text"}, "device 5: expected an object with a 'messages' string"),
-    ({"5": {"model": "m", "messages": ["a"]}}, "device 5: expected an object"),
-    ({"5": {"model": "m", "messages": "\n\n"}}, "device 5: no events"),
-])
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ([1, 2], "expected a JSON object"),
+        ({"5": "text"}, "device 5: expected an object with a 'messages' string"),
+        ({"5": {"model": "m", "messages": ["a"]}}, "device 5: expected an object"),
+        ({"5": {"model": "m", "messages": "\n\n"}}, "device 5: no events"),
+    ],
+)
 def test_flash_malformed_structure(tmp_path, doc, message):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
@@ -135,15 +156,18 @@ def test_flash_not_json(tmp_path):
 GOOD = {"duration": 10, "active": [0, 20], "inactive": [5, 25], "finish_time": 100, "model": "m"}
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"finish_time": None, "model": None}, "expected a dict with keys"),
-    ({"active": [0]}, "equal length"),
-    ({"active": [6, 20]}, "entry 0: need 0 <= active <= inactive"),
-    ({"inactive": [5, 125]}, "entry 1: need 0 <= active <= inactive <= finish_time"),
-    ({"active": [0, 4], "inactive": [5, 25]}, "entry 1: starts at 4, before the previous period ends"),
-    ({"finish_time": 0}, "finish_time must be positive"),
-    ({"active": ["a", 20]}, "must hold numbers"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"finish_time": None, "model": None}, "expected a dict with keys"),
+        ({"active": [0]}, "equal length"),
+        ({"active": [6, 20]}, "entry 0: need 0 <= active <= inactive"),
+        ({"inactive": [5, 125]}, "entry 1: need 0 <= active <= inactive <= finish_time"),
+        ({"active": [0, 4], "inactive": [5, 25]}, "entry 1: starts at 4, before the previous period ends"),
+        ({"finish_time": 0}, "finish_time must be positive"),
+        ({"active": ["a", 20]}, "must hold numbers"),
+    ],
+)
 def test_fedscale_malformed_entry_names_file_client_and_entry(tmp_path, change, message):
     entry = {**GOOD, **change}
     entry = {k: v for k, v in entry.items() if v is not None}

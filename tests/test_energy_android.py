@@ -1,5 +1,6 @@
 """A phone over adb, driven by a fake phone behind the injectable runner: battery power sampled
 and integrated, governors set and restored as root, services held, the job run."""
+
 import fnmatch
 import shlex
 import shutil
@@ -18,11 +19,18 @@ class FakePhone:
         self.files = {}
         for i in range(4):  # the Nexus 6's kernel: one cpufreq directory per CPU
             d = f"/sys/devices/system/cpu/cpu{i}/cpufreq"
-            self.files.update({f"{d}/affected_cpus": str(i), f"{d}/scaling_governor": "interactive",
-                               f"{d}/scaling_available_governors": "interactive ondemand userspace powersave performance",
-                               f"{d}/scaling_available_frequencies": "300000 1497600 2649600",
-                               f"{d}/cpuinfo_min_freq": "300000", f"{d}/cpuinfo_max_freq": "2649600",
-                               f"{d}/scaling_min_freq": "300000", f"{d}/scaling_max_freq": "2649600"})
+            self.files.update(
+                {
+                    f"{d}/affected_cpus": str(i),
+                    f"{d}/scaling_governor": "interactive",
+                    f"{d}/scaling_available_governors": "interactive ondemand userspace powersave performance",
+                    f"{d}/scaling_available_frequencies": "300000 1497600 2649600",
+                    f"{d}/cpuinfo_min_freq": "300000",
+                    f"{d}/cpuinfo_max_freq": "2649600",
+                    f"{d}/scaling_min_freq": "300000",
+                    f"{d}/scaling_max_freq": "2649600",
+                }
+            )
 
     def __call__(self, argv):
         self.calls.append(argv)
@@ -87,6 +95,7 @@ def test_battery_sampler_thread():
     assert ok and "2.00 W" in detail
     meter.start()
     import time
+
     time.sleep(0.1)
     reading = meter.stop()
     assert reading.samples > 3 and reading.joules == pytest.approx(2.0 * reading.seconds)
@@ -101,8 +110,9 @@ def test_governor_set_over_adb_and_restored():
     before = dict(phone.files)
     with pytest.raises(RuntimeError):
         with cpufreq.use(Setting.parse("powersave")) as record:
-            assert all(phone.files[f"/sys/devices/system/cpu/cpu{i}/cpufreq/scaling_governor"] == "powersave"
-                       for i in range(4))
+            assert all(
+                phone.files[f"/sys/devices/system/cpu/cpu{i}/cpufreq/scaling_governor"] == "powersave" for i in range(4)
+            )
             raise RuntimeError("job failed")
     assert phone.files == before and record["restored"]
     assert any("su -c" in " ".join(c) for c in phone.calls)

@@ -78,6 +78,7 @@ def test_real_nvml_when_installed_and_a_gpu_is_present():
     if not ok:
         pytest.skip(why)
     import time
+
     meter.start()
     time.sleep(1.2)
     assert meter.stop().joules > 0
@@ -128,15 +129,15 @@ def test_units_come_from_column_names():
 
 
 def write_monsoon(path, seconds=5.0, rate=100):
-    t = np.arange(0, seconds * 1000 + 1e-9, 1000 / rate)                 # ms since the capture began
-    current = np.where(t < 2000, 250.0, 500.0)                          # mA: a step at t = 2 s
+    t = np.arange(0, seconds * 1000 + 1e-9, 1000 / rate)  # ms since the capture began
+    current = np.where(t < 2000, 250.0, 500.0)  # mA: a step at t = 2 s
     pd.DataFrame({"Time(ms)": t, "Main(mA)": current, "Main Voltage(V)": 4.0}).to_csv(path, index=False)
 
 
 def test_external_csv_matched_by_timestamp(tmp_path):
     path = tmp_path / "monsoon.csv"
     write_monsoon(path)
-    origin = 1_700_000_000.0                                            # epoch second of Time(ms) = 0
+    origin = 1_700_000_000.0  # epoch second of Time(ms) = 0
     log = PowerLog.read_csv(path, ("Time(ms)", "Main(mA)", "Main Voltage(V)"), time_origin=origin)
     # 1 s at 1 W then 1 s at 2 W (the step is linear between two samples 10 ms apart)
     joules, samples = log.energy_between(origin + 1.0, origin + 3.0)
@@ -147,7 +148,9 @@ def test_external_csv_matched_by_timestamp(tmp_path):
     meter.start()
     reading = meter.stop()
     assert reading.joules == pytest.approx(4.0) and reading.seconds == pytest.approx(2.0)
-    windows = pd.DataFrame({"start_epoch_s": [origin + 0.5, origin + 4.0], "stop_epoch_s": [origin + 1.5, origin + 9.0]})
+    windows = pd.DataFrame(
+        {"start_epoch_s": [origin + 0.5, origin + 4.0], "stop_epoch_s": [origin + 1.5, origin + 9.0]}
+    )
     out = window_energies(log, windows)
     assert out.energy_j.iloc[0] == pytest.approx(1.0) and np.isnan(out.energy_j.iloc[1])
 

@@ -1,5 +1,6 @@
 """Power profiles in both power_profile.xml forms, the modelled meter against hand-computed
 cases, and the shipped Nexus 6 profile."""
+
 import pytest
 
 from ondevice.device.energy import profiles
@@ -98,7 +99,9 @@ def test_modelled_meter_hand_computed_on_the_nexus6():
 def test_modelled_meter_window_uses_process_cpu_time():
     p = profiles.parse(OLD)
     cpu, wall = iter([0.0, 4.0]), iter([10.0, 12.0])
-    meter = ModelledMeter(GovernorModel(p), "performance", voltage=4.0, cpu_clock=lambda: next(cpu), clock=lambda: next(wall))
+    meter = ModelledMeter(
+        GovernorModel(p), "performance", voltage=4.0, cpu_clock=lambda: next(cpu), clock=lambda: next(wall)
+    )
     meter.start()
     reading = meter.stop()
     # 2 s wall, 4 s CPU: two busy cores at 200 MHz: (2 x 30) x 2 + 2 x 2 awake = 124 mA*s at 4 V

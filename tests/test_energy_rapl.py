@@ -1,5 +1,6 @@
 """RAPL through a temporary powercap tree: zones, deltas modulo max_energy_range_uj, the poller
 thread for windows with several wraps, and a reason when the counters cannot be read."""
+
 import os
 import time
 from pathlib import Path
@@ -17,9 +18,13 @@ def make_powercap(root: Path, package_uj: int = 0, dram_uj: int = 0) -> Path:
     subzones (flat links and nested directories) and a psys zone."""
     (root / "intel-rapl").mkdir(parents=True)
     (root / "intel-rapl" / "enabled").write_text("1\n")
-    zones = {"intel-rapl:0": ("package-0", package_uj), "intel-rapl:0/intel-rapl:0:0": ("core", 5),
-             "intel-rapl:0/intel-rapl:0:1": ("uncore", 5), "intel-rapl:0/intel-rapl:0:2": ("dram", dram_uj),
-             "intel-rapl:1": ("psys", 7)}
+    zones = {
+        "intel-rapl:0": ("package-0", package_uj),
+        "intel-rapl:0/intel-rapl:0:0": ("core", 5),
+        "intel-rapl:0/intel-rapl:0:1": ("uncore", 5),
+        "intel-rapl:0/intel-rapl:0:2": ("dram", dram_uj),
+        "intel-rapl:1": ("psys", 7),
+    }
     for rel, (name, value) in zones.items():
         d = root / rel
         d.mkdir(parents=True)
@@ -49,8 +54,8 @@ def test_delta_is_taken_modulo_the_range_across_a_wrap(tmp_path):
     root = make_powercap(tmp_path / "powercap", package_uj=RANGE - 100, dram_uj=10)
     meter = RaplMeter(str(root), poll_s=None)
     meter.start()
-    set_counter(root, "package", 400)       # wrapped: 100 + 400 = 500 uJ
-    set_counter(root, "dram", 260)          # 250 uJ
+    set_counter(root, "package", 400)  # wrapped: 100 + 400 = 500 uJ
+    set_counter(root, "dram", 260)  # 250 uJ
     reading = meter.stop()
     assert reading.parts["package-0"] == pytest.approx(500e-6)
     assert reading.joules == pytest.approx(750e-6)
@@ -62,7 +67,7 @@ def test_polling_keeps_count_over_several_wraps(tmp_path):
     meter = RaplMeter(str(root), poll_s=None)
     meter.start()
     total = 0
-    for _ in range(5):                      # 0.7 of the range between reads: five wraps in all
+    for _ in range(5):  # 0.7 of the range between reads: five wraps in all
         total += 700_000
         set_counter(root, "package", total)
         meter.poll()

@@ -1,4 +1,5 @@
 """ESC-50 loader (official layout, 44.1 kHz -> 16 kHz, clear errors) and the ESC-50 -> AudioSet mapping."""
+
 import shutil
 import wave
 
@@ -26,13 +27,58 @@ def class_names():
         pytest.skip(f"YAMNet class map unavailable: {exc}")
 
 
-ESC50_CLASSES = ["dog", "rooster", "pig", "cow", "frog", "cat", "hen", "insects", "sheep", "crow", "rain", "sea_waves",
-                 "crackling_fire", "crickets", "chirping_birds", "water_drops", "wind", "pouring_water", "toilet_flush",
-                 "thunderstorm", "crying_baby", "sneezing", "clapping", "breathing", "coughing", "footsteps", "laughing",
-                 "brushing_teeth", "snoring", "drinking_sipping", "door_wood_knock", "mouse_click", "keyboard_typing",
-                 "door_wood_creaks", "can_opening", "washing_machine", "vacuum_cleaner", "clock_alarm", "clock_tick",
-                 "glass_breaking", "helicopter", "chainsaw", "siren", "car_horn", "engine", "train", "church_bells",
-                 "airplane", "fireworks", "hand_saw"]
+ESC50_CLASSES = [
+    "dog",
+    "rooster",
+    "pig",
+    "cow",
+    "frog",
+    "cat",
+    "hen",
+    "insects",
+    "sheep",
+    "crow",
+    "rain",
+    "sea_waves",
+    "crackling_fire",
+    "crickets",
+    "chirping_birds",
+    "water_drops",
+    "wind",
+    "pouring_water",
+    "toilet_flush",
+    "thunderstorm",
+    "crying_baby",
+    "sneezing",
+    "clapping",
+    "breathing",
+    "coughing",
+    "footsteps",
+    "laughing",
+    "brushing_teeth",
+    "snoring",
+    "drinking_sipping",
+    "door_wood_knock",
+    "mouse_click",
+    "keyboard_typing",
+    "door_wood_creaks",
+    "can_opening",
+    "washing_machine",
+    "vacuum_cleaner",
+    "clock_alarm",
+    "clock_tick",
+    "glass_breaking",
+    "helicopter",
+    "chainsaw",
+    "siren",
+    "car_horn",
+    "engine",
+    "train",
+    "church_bells",
+    "airplane",
+    "fireworks",
+    "hand_saw",
+]
 
 
 def test_mapping_covers_every_class_with_existing_audioset_classes(class_names):
@@ -64,7 +110,9 @@ def test_declared_subset_loads_at_16_khz(clips):
     assert len(clips.meta) == 414 and (clips.meta.fold == 4).sum() == 400
     assert clips.meta.groupby("target").size().min() >= 8
     x = clips.waveform(0)
-    assert x.dtype == np.float32 and len(x) == 5 * 16000 and 0.01 < np.abs(x).max() < 1.1  # resampling may overshoot a full-scale clip slightly
+    assert (
+        x.dtype == np.float32 and len(x) == 5 * 16000 and 0.01 < np.abs(x).max() < 1.1
+    )  # resampling may overshoot a full-scale clip slightly
 
 
 def _mini_release(root, clips, n=3):
@@ -90,7 +138,9 @@ def test_official_layout_and_its_errors(tmp_path, clips):
         esc50.load_root(tmp_path / "ESC-50-master")
     # the declared digest catches a changed file
     with pytest.raises(esc50.Esc50Error, match="differs"):
-        esc50.load(tmp_path / "ESC-50-master" / "meta" / "esc50.csv", clips.paths[0].parent, "x", expected_digest="0" * 64)
+        esc50.load(
+            tmp_path / "ESC-50-master" / "meta" / "esc50.csv", clips.paths[0].parent, "x", expected_digest="0" * 64
+        )
 
 
 def test_malformed_files_give_clear_errors(tmp_path, clips):

@@ -1,5 +1,6 @@
 """GeoLife loaders (both layouts, clear errors, verification, the release download) and the
 places/samples built from them."""
+
 import zipfile
 from pathlib import Path
 
@@ -48,12 +49,15 @@ def test_sample_layout_is_read_per_user_through_the_manifest():
     assert users["001"].lat.between(-90, 90).all()
 
 
-@pytest.mark.parametrize("bad, line, message", [
-    ("39.9,abc,0,492,39744.12,2008-10-23,02:53:04\n", 8, "not numbers"),
-    ("39.9,116.3,0,492\n", 8, "expected 7"),
-    ("139.9,116.3,0,492,39744.12,2008-10-23,02:53:04\n", 8, "out of range"),
-    ("39.9,116.3,0,492,x,2008-10-23,02:53:04\n", 8, "field 5"),
-])
+@pytest.mark.parametrize(
+    "bad, line, message",
+    [
+        ("39.9,abc,0,492,39744.12,2008-10-23,02:53:04\n", 8, "not numbers"),
+        ("39.9,116.3,0,492\n", 8, "expected 7"),
+        ("139.9,116.3,0,492,39744.12,2008-10-23,02:53:04\n", 8, "out of range"),
+        ("39.9,116.3,0,492,x,2008-10-23,02:53:04\n", 8, "field 5"),
+    ],
+)
 def test_malformed_plt_lines_name_the_file_and_line(tmp_path, bad, line, message):
     path = tmp_path / "x.plt"
     path.write_text(HEADER + plt_row(39.9, 116.3, pd.Timestamp("2008-10-23 02:53:00")) + bad)
@@ -68,9 +72,14 @@ def test_a_file_without_the_plt_header_is_refused(tmp_path):
         geolife.read_plt(path)
 
 
-@pytest.mark.parametrize("bad, message", [("39.9,116.3,2008-10-23 05:53:05\n", "expected 4"),
-                                          ("39.9,116.3,yesterday,001\n", "datetime"),
-                                          ("39.9,116.3,2008-10-23 05:53:05,\n", "empty uid")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("39.9,116.3,2008-10-23 05:53:05\n", "expected 4"),
+        ("39.9,116.3,yesterday,001\n", "datetime"),
+        ("39.9,116.3,2008-10-23 05:53:05,\n", "empty uid"),
+    ],
+)
 def test_malformed_sample_lines_name_the_file_and_line(tmp_path, bad, message):
     path = tmp_path / "s.txt"
     path.write_text("lat,lng,datetime,uid\n39.9,116.3,2008-10-23 05:53:04,001\n" + bad)
@@ -138,6 +147,7 @@ def test_unsafe_zip_members_are_refused_and_nothing_is_left(tmp_path, monkeypatc
 
 # --- places and samples ----------------------------------------------------------------------
 
+
 def _points(stays: list[tuple[str, float, float, int]]) -> pd.DataFrame:
     """Points every minute: (start GMT, lat, lng, minutes) per stay."""
     rows = []
@@ -159,8 +169,9 @@ def test_grid_cells_are_shared_across_devices_and_windows_take_the_modal_cell():
 
 
 def test_samples_carry_the_six_features_and_fall_into_parts_by_day():
-    rule = places.PlaceRule(cell_m=1000, min_place_bins=1, history=2, bootstrap_days=1, cycle_days=1, cycles=1,
-                            utc_offset_hours=8)
+    rule = places.PlaceRule(
+        cell_m=1000, min_place_bins=1, history=2, bootstrap_days=1, cycle_days=1, cycles=1, utc_offset_hours=8
+    )
     # three days (local time = GMT + 8); each day: home 08:00-08:20 local, work 09:00-09:10 local
     stays = []
     for day in ("2009-01-05", "2009-01-06", "2009-01-07"):
@@ -169,14 +180,16 @@ def test_samples_carry_the_six_features_and_fall_into_parts_by_day():
     data = places.build({"a": _points(stays)}, rule)
     assert data.vocabulary_size == 3 and not data.excluded
     d = data.devices["a"]
-    home, work = 1 + np.argsort([places.grid_cells([39.99], [116.30], rule)[0], places.grid_cells([40.5], [116.0], rule)[0]])
+    home, work = 1 + np.argsort(
+        [places.grid_cells([39.99], [116.30], rule)[0], places.grid_cells([40.5], [116.0], rule)[0]]
+    )
     # steps per day: home 08:00, 08:10, 08:20 then work 09:00; the first sample predicts 08:20 from 08:00, 08:10
     x, y = d.X[0], d.y[0]
     assert list(x[:, 0]) == [home, home] and y == home
-    assert list(x[:, 1]) == [8, 8] and list(x[:, 2]) == [10, 20]     # hour and minute of the next window
-    assert list(x[:, 3]) == [0, 0]                                   # Monday
-    assert list(x[:, 4]) == [0, 1] and list(x[:, 5]) == [1, 1]       # duration at home, gap to the next window
-    second = d.X[1]                                                  # predicts 09:00 (work): gap of 4 windows
+    assert list(x[:, 1]) == [8, 8] and list(x[:, 2]) == [10, 20]  # hour and minute of the next window
+    assert list(x[:, 3]) == [0, 0]  # Monday
+    assert list(x[:, 4]) == [0, 1] and list(x[:, 5]) == [1, 1]  # duration at home, gap to the next window
+    second = d.X[1]  # predicts 09:00 (work): gap of 4 windows
     assert d.y[1] == work and second[-1, 5] == 4 and second[-1, 1] == 9 and second[-1, 2] == 0
     assert set(d.part.tolist()) == {0, 1, 2}
     assert np.all(np.diff(d.part) >= 0)
@@ -184,6 +197,11 @@ def test_samples_carry_the_six_features_and_fall_into_parts_by_day():
 
 def test_devices_with_too_few_days_are_excluded():
     rule = places.PlaceRule(min_place_bins=1, history=1, bootstrap_days=2, cycle_days=2, cycles=1)
-    data = places.build({"short": _points([("2009-01-01 00:00", 39.99, 116.3, 30)]),
-                         "long": _points([(f"2009-01-{d:02d} 00:00", 39.99, 116.3, 30) for d in range(1, 8)])}, rule)
+    data = places.build(
+        {
+            "short": _points([("2009-01-01 00:00", 39.99, 116.3, 30)]),
+            "long": _points([(f"2009-01-{d:02d} 00:00", 39.99, 116.3, 30) for d in range(1, 8)]),
+        },
+        rule,
+    )
     assert data.excluded == ["short"] and list(data.devices) == ["long"]

@@ -1,6 +1,7 @@
 """Ctrl-C during `make reproduce` stops the runner, its Jupyter kernel (which runs in a session of
 its own, so the terminal's SIGINT never reaches it) and every other child, and writes nothing that
 looks like a result."""
+
 import json
 import os
 import signal
@@ -22,7 +23,8 @@ def sleepy_notebook(path: Path) -> None:
     params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
     params.metadata["tags"] = ["parameters"]
     loop = nbformat.v4.new_code_cell(
-        f"import time\nprint({STARTED!r}, flush=True)\nfor _ in range(3000):\n    time.sleep(0.2)")
+        f"import time\nprint({STARTED!r}, flush=True)\nfor _ in range(3000):\n    time.sleep(0.2)"
+    )
     nb = nbformat.v4.new_notebook(cells=[params, loop])
     nb.metadata["kernelspec"] = {"name": "ondevice", "display_name": "Python (ondevice)", "language": "python"}
     nbformat.write(nb, path)
@@ -35,8 +37,13 @@ def start_runner(tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading
     env = {**os.environ, "ONDEVICE_RESULTS": str(tmp_path / "results"), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "ondevice.report.runner", "--scale", "smoke", "--notebooks-dir", str(notebooks)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines, started = [], threading.Event()
 
     def read():

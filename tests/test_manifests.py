@@ -27,10 +27,21 @@ def make_tar(path: Path, members: dict[str, bytes], symlink: str | None = None) 
 
 def write_manifest(tmp_path: Path, data: bytes, sha: str | None = None, **extra) -> Path:
     doc = {
-        "name": "toy", "description": "a toy set", "license": "CC0", "citation": "nobody",
-        "scales": ["smoke"], "layout": {"texts": "toy.tar.gz.d/toy"},
-        "artifacts": [{"file": "toy.tar.gz", "sha256": sha or hashlib.sha256(data).hexdigest(), "size": len(data),
-                       "extract": "tar.gz", "sources": [{"kind": "mirror", "path": "toy/toy.tar.gz"}]}],
+        "name": "toy",
+        "description": "a toy set",
+        "license": "CC0",
+        "citation": "nobody",
+        "scales": ["smoke"],
+        "layout": {"texts": "toy.tar.gz.d/toy"},
+        "artifacts": [
+            {
+                "file": "toy.tar.gz",
+                "sha256": sha or hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "extract": "tar.gz",
+                "sources": [{"kind": "mirror", "path": "toy/toy.tar.gz"}],
+            }
+        ],
         **extra,
     }
     path = tmp_path / "toy.yaml"
@@ -110,8 +121,15 @@ def test_missing_everywhere_lists_what_was_tried(tmp_path, dirs):
         manifests.fetch(m)
 
 
-@pytest.mark.parametrize("name,symlink", [("../evil.txt", None), ("../../../evil.txt", None),
-                                          ("{tmp_path}/outside/abs.txt", None), ("toy/a.txt", "/etc/passwd")])
+@pytest.mark.parametrize(
+    "name,symlink",
+    [
+        ("../evil.txt", None),
+        ("../../../evil.txt", None),
+        ("{tmp_path}/outside/abs.txt", None),
+        ("toy/a.txt", "/etc/passwd"),
+    ],
+)
 def test_unsafe_archives_are_rejected_and_nothing_lands_anywhere(tmp_path, dirs, name, symlink):
     # Extraction happens in a temporary dir under cache/toy/, so "../evil.txt" would land in
     # cache/toy/ and "../../../evil.txt" in tmp_path; the absolute member points into tmp_path
@@ -130,12 +148,18 @@ def test_unsafe_archives_are_rejected_and_nothing_lands_anywhere(tmp_path, dirs,
     assert not [p for p in (cache / "toy").iterdir() if p.name.startswith(".")]  # no temporary dirs left
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"artifacts": []}, "non-empty"),
-    ({"license": None}, None),
-    ({"artifacts": [{"file": "x", "sha256": "abc", "size": 1, "sources": [{"kind": "mirror", "path": "x"}]}]}, "sha256"),
-    ({"artifacts": [{"file": "x", "sha256": "a" * 64, "size": 1, "sources": [{"kind": "ftp"}]}]}, "kind"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"artifacts": []}, "non-empty"),
+        ({"license": None}, None),
+        (
+            {"artifacts": [{"file": "x", "sha256": "abc", "size": 1, "sources": [{"kind": "mirror", "path": "x"}]}]},
+            "sha256",
+        ),
+        ({"artifacts": [{"file": "x", "sha256": "a" * 64, "size": 1, "sources": [{"kind": "ftp"}]}]}, "kind"),
+    ],
+)
 def test_malformed_manifests_are_clear_errors(tmp_path, change, message):
     path = write_manifest(tmp_path, b"x")
     doc = yaml.safe_load(path.read_text())

@@ -9,13 +9,16 @@ from ondevice.tasks.next_word import NextWordTask, position_scores
 
 def test_paper_worked_example_priceless():
     """Sec. 3.2: after "p" the top-3 misses "priceless", after "pr" it is shown, so R = 2."""
-    shown = {0: ["is", "health", "priority"], 1: ["priority", "paramount", "precious"],
-             2: ["priority", "precious", "priceless"]}
+    shown = {
+        0: ["is", "health", "priority"],
+        1: ["priority", "paramount", "precious"],
+        2: ["priority", "precious", "priceless"],
+    }
     n_context, length = 2, len("priceless")
     hits = np.zeros(n_context + length, bool)
     for typed, top3 in shown.items():
         hits[n_context - 1 + typed] = "priceless" in top3
-    hits[n_context - 1 + 3:] = True
+    hits[n_context - 1 + 3 :] = True
     r = typed_chars_needed(hits, n_context, length)
     assert r == 2
     assert top_k_eff([length], [r]) == pytest.approx(7 / 9)

@@ -16,6 +16,7 @@ def trainer(calls, value=1.0):
     def train():
         calls.append(1)
         return [np.full((2, 3), value, np.float32), np.arange(4)], {"history": [{"epoch": 1, "loss": 0.5}]}
+
     return train
 
 

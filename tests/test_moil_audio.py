@@ -1,12 +1,13 @@
 """The MoIL audio experiment: FMC trains exactly like LF without the cache, GDM's pool stays
 disjoint from the global evaluation clips, and without ESC-50 the run falls back to labelled
 stand-in data and still completes."""
+
 import numpy as np
 import pytest
 
 from ondevice.data import manifests
-from ondevice.papers.moil.experiments import moil_audio as exp
 from ondevice.models import yamnet
+from ondevice.papers.moil.experiments import moil_audio as exp
 from ondevice.params import ParameterError
 
 
@@ -16,21 +17,36 @@ def _synthetic(params):
 
 @pytest.fixture(scope="module")
 def tiny():
-    params = exp.Params.for_scale("smoke", data="synthetic", local_classes=2, global_classes=2, epochs=2,
-                                  alphas=(0.0, 0.5), alpha=0.5, ns=(1, 3), n=3)
+    params = exp.Params.for_scale(
+        "smoke",
+        data="synthetic",
+        local_classes=2,
+        global_classes=2,
+        epochs=2,
+        alphas=(0.0, 0.5),
+        alpha=0.5,
+        ns=(1, 3),
+        n=3,
+    )
     data = _synthetic(params)
     model = yamnet.build(seed=1)
     predict = exp._predictor(model)
-    pre = exp.Pretrained(model.get_weights(), "random", None,
-                         exp.class_aucs(data.global_eval, exp.clip_scores(predict, data.global_eval)),
-                         exp.class_aucs(data.local_val, exp.clip_scores(predict, data.local_val)))
+    pre = exp.Pretrained(
+        model.get_weights(),
+        "random",
+        None,
+        exp.class_aucs(data.global_eval, exp.clip_scores(predict, data.global_eval)),
+        exp.class_aucs(data.local_val, exp.clip_scores(predict, data.local_val)),
+    )
     return params, data, pre
 
 
 def test_fmc_gives_the_same_result_as_lf_without_caching(tiny, tmp_path):
     params, data, pre = tiny
     lf = exp.personalize(params, data, pre, params.alpha, params.n, log=lambda *_: None)
-    cached = exp.personalize(params, data, pre, params.alpha, params.n, fmc=True, log=lambda *_: None, cache_dir=tmp_path)
+    cached = exp.personalize(
+        params, data, pre, params.alpha, params.n, fmc=True, log=lambda *_: None, cache_dir=tmp_path
+    )
     assert [h["loss"] for h in cached.history[1:]] == pytest.approx([h["loss"] for h in lf.history[1:]], abs=1e-6)
     assert cached.history[1]["loss"] != cached.history[2]["loss"]  # it did train
     np.testing.assert_allclose(cached.global_auc.to_numpy(), lf.global_auc.to_numpy(), atol=1e-9)
@@ -63,8 +79,17 @@ def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch,
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
     with pytest.raises(manifests.DataError):
         exp.load_data(exp.Params.for_scale("smoke", data="esc50"), log=lambda *_: None)
-    params = exp.Params.for_scale("smoke", local_classes=2, global_classes=2, epochs=1, ns=(1,), n=1,
-                                  timing_steps=2, warmup_steps=1, tflite_check_steps=0)
+    params = exp.Params.for_scale(
+        "smoke",
+        local_classes=2,
+        global_classes=2,
+        epochs=1,
+        ns=(1,),
+        n=1,
+        timing_steps=2,
+        warmup_steps=1,
+        tflite_check_steps=0,
+    )
     lines = []
     result = exp.run(params, log=lines.append)
     assert "STAND-IN" in lines[0] and result.stand_in_data and "synthetic" in result.stand_in_data
@@ -77,7 +102,12 @@ def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch,
 
 
 def test_bad_parameters_are_named():
-    for bad, name in ((dict(alpha=0.3), "alpha"), (dict(n=15), "n"), (dict(alphas=(0.5,), alpha=0.5), "alphas"),
-                      (dict(local_classes=40, global_classes=20), "global_classes"), (dict(data="web"), "data")):
+    for bad, name in (
+        (dict(alpha=0.3), "alpha"),
+        (dict(n=15), "n"),
+        (dict(alphas=(0.5,), alpha=0.5), "alphas"),
+        (dict(local_classes=40, global_classes=20), "global_classes"),
+        (dict(data="web"), "data"),
+    ):
         with pytest.raises(ParameterError, match=name):
             exp.Params.for_scale("smoke", **bad)

@@ -1,6 +1,7 @@
 """MoIL's image experiment: its data (Fashion-MNIST through a Debian package or gzip sources,
 scikit-learn's digits), its parameters and its statistics. The notebook itself runs at smoke
 scale in tests/test_notebooks.py; the techniques are tested in tests/test_moil_techniques.py."""
+
 import gzip
 import hashlib
 import shutil
@@ -20,10 +21,22 @@ def _idx(labels: np.ndarray) -> bytes:
 
 
 def _manifest(tmp_path, content: bytes, sources: list) -> manifests.Manifest:
-    doc = {"name": "toy_idx", "description": "d", "license": "MIT", "citation": "c", "scales": ["smoke"],
-           "layout": {"labels": "labels-idx1-ubyte"},
-           "artifacts": [{"file": "labels-idx1-ubyte", "sha256": hashlib.sha256(content).hexdigest(),
-                          "size": len(content), "sources": sources}]}
+    doc = {
+        "name": "toy_idx",
+        "description": "d",
+        "license": "MIT",
+        "citation": "c",
+        "scales": ["smoke"],
+        "layout": {"labels": "labels-idx1-ubyte"},
+        "artifacts": [
+            {
+                "file": "labels-idx1-ubyte",
+                "sha256": hashlib.sha256(content).hexdigest(),
+                "size": len(content),
+                "sources": sources,
+            }
+        ],
+    }
     path = tmp_path / "toy_idx.yaml"
     path.write_text(yaml.safe_dump(doc))
     return manifests.load(path)
@@ -52,7 +65,9 @@ def test_unknown_debian_package_is_a_clear_error(tmp_path, monkeypatch):
     if shutil.which("apt-get") is None:
         pytest.skip("not a Debian-based system")
     monkeypatch.setenv("ONDEVICE_DATA_CACHE", str(tmp_path / "cache"))
-    m = _manifest(tmp_path, b"x", [{"kind": "debian", "package": "ondevice-no-such-package", "version": "1.0", "path": "a"}])
+    m = _manifest(
+        tmp_path, b"x", [{"kind": "debian", "package": "ondevice-no-such-package", "version": "1.0", "path": "a"}]
+    )
     with pytest.raises(DataError, match="apt-get download ondevice-no-such-package=1.0 failed"):
         manifests.fetch(m, verbose=False)
 
@@ -90,8 +105,18 @@ def test_digits_are_bundled_and_recorded():
     assert summary["stand_in_for"] == "birds" and len(summary["artifacts"][0]["sha256"]) == 64
 
 
-@pytest.mark.parametrize("bad", [dict(alphas=(0.05, 0.2)), dict(alpha=0.3), dict(ns=(1,)), dict(n=20, ns=(1, 20)),
-                                 dict(image_size=16), dict(global_data="cifar"), dict(bn_momentum=1.0)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(alphas=(0.05, 0.2)),
+        dict(alpha=0.3),
+        dict(ns=(1,)),
+        dict(n=20, ns=(1, 20)),
+        dict(image_size=16),
+        dict(global_data="cifar"),
+        dict(bn_momentum=1.0),
+    ],
+)
 def test_impossible_parameters_are_refused(bad):
     with pytest.raises(ParameterError):
         exp.Params.for_scale("smoke", **bad)

@@ -3,6 +3,7 @@ species tree of generated JPEGs streamed through every stage of the image experi
 Keras's MobileNetV2 ImageNet weights file format, written by keras.applications itself), a fake
 AudioSet evaluation set in the official CSV format through the audio loader, and a yamnet.h5
 written under the official tensorflow/models layer names loaded back into our YAMNet."""
+
 import shutil
 
 import numpy as np
@@ -12,9 +13,9 @@ import tf_keras as keras
 
 from ondevice.data import image_folders
 from ondevice.data.manifests import DataError
+from ondevice.models import mobilenet_v2, yamnet
 from ondevice.papers.moil.experiments import moil_audio
 from ondevice.papers.moil.experiments import moil_image as exp
-from ondevice.models import mobilenet_v2, yamnet
 
 SIZE, WIDTH = 32, 0.35
 WNIDS, SPECIES = ["n01440764", "n01443537", "n01484850"], ["ABBOTTS BABBLER", "ALBATROSS"]
@@ -35,7 +36,12 @@ def trees(tmp_path_factory):
     colours = [(220, 40, 40), (40, 220, 40), (40, 40, 220), (220, 220, 40), (40, 220, 220)]
     for c, wnid in enumerate(WNIDS):
         for i in range(6):
-            _jpeg(root / "imagenet" / "train" / wnid / f"{wnid}_{i}.JPEG", colours[c], rng, (48, 40) if i == 0 else (SIZE, SIZE))
+            _jpeg(
+                root / "imagenet" / "train" / wnid / f"{wnid}_{i}.JPEG",
+                colours[c],
+                rng,
+                (48, 40) if i == 0 else (SIZE, SIZE),
+            )
         for i in range(2):
             _jpeg(root / "imagenet" / "val" / wnid / f"ILSVRC2012_val_{c}{i}.JPEG", colours[c], rng)
     for c, species in enumerate(SPECIES):
@@ -43,18 +49,39 @@ def trees(tmp_path_factory):
             for i in range(count):
                 _jpeg(root / "birds" / split / species / f"{i + 1}.jpg", colours[3 + c], rng)
     keras.utils.set_random_seed(0)
-    reference = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), alpha=WIDTH, weights=None,
-                                               classes=len(WNIDS), classifier_activation=None)
+    reference = keras.applications.MobileNetV2(
+        input_shape=(SIZE, SIZE, 3), alpha=WIDTH, weights=None, classes=len(WNIDS), classifier_activation=None
+    )
     reference.save_weights(root / "weights.h5")
     return root, reference
 
 
 def _params(root, **kw):
-    return exp.Params.for_scale("paper", **{
-        "imagenet_root": str(root / "imagenet"), "birds_root": str(root / "birds"), "imagenet_weights": str(root / "weights.h5"),
-        "image_size": SIZE, "width": WIDTH, "bn_momentum": 0.9, "batch_size": 4, "baseline_epochs": 1, "epochs": 1,
-        "alpha": 0.5, "alphas": (0.0, 0.5), "n": 1, "ns": (1, 2), "seeds": 1, "warmup_steps": 1, "timing_steps": 2,
-        "tflite_check_steps": 0, "bootstrap": 100, "thesis_size_check": False, **kw})
+    return exp.Params.for_scale(
+        "paper",
+        **{
+            "imagenet_root": str(root / "imagenet"),
+            "birds_root": str(root / "birds"),
+            "imagenet_weights": str(root / "weights.h5"),
+            "image_size": SIZE,
+            "width": WIDTH,
+            "bn_momentum": 0.9,
+            "batch_size": 4,
+            "baseline_epochs": 1,
+            "epochs": 1,
+            "alpha": 0.5,
+            "alphas": (0.0, 0.5),
+            "n": 1,
+            "ns": (1, 2),
+            "seeds": 1,
+            "warmup_steps": 1,
+            "timing_steps": 2,
+            "tflite_check_steps": 0,
+            "bootstrap": 100,
+            "thesis_size_check": False,
+            **kw,
+        },
+    )
 
 
 def test_folders_stream_decoded_resized_images(trees):
@@ -74,13 +101,13 @@ def test_folders_stream_decoded_resized_images(trees):
 def test_imagenet_weights_load_into_the_union_label_space(trees):
     root, reference = trees
     model = mobilenet_v2.build(SIZE, 3, len(WNIDS) + len(SPECIES), WIDTH)
-    fresh = model.get_layer("predictions").get_weights()[0][:, len(WNIDS):].copy()
+    fresh = model.get_layer("predictions").get_weights()[0][:, len(WNIDS) :].copy()
     mobilenet_v2.load_imagenet(model, root / "weights.h5", len(WNIDS))
     x = np.random.default_rng(1).uniform(0, 1, (4, SIZE, SIZE, 3)).astype(np.float32)
     ours = model(x, training=False).numpy()
     theirs = reference(2 * x - 1, training=False).numpy()  # keras.applications' preprocessing: [-1, 1]
     np.testing.assert_allclose(ours[:, : len(WNIDS)], theirs, atol=1e-4)
-    np.testing.assert_array_equal(model.get_layer("predictions").get_weights()[0][:, len(WNIDS):], fresh)
+    np.testing.assert_array_equal(model.get_layer("predictions").get_weights()[0][:, len(WNIDS) :], fresh)
     with pytest.raises(ValueError, match=r"weights\.h5.*layer 'Conv1'.*same width"):
         mobilenet_v2.load_imagenet(mobilenet_v2.build(SIZE, 3, 5, 1.0), root / "weights.h5", len(WNIDS))
     with pytest.raises(ValueError, match=r"weights\.h5: classifier .* expected 1280 x 4 \(the global classes"):
@@ -147,13 +174,15 @@ def _audioset_tree(root, class_map):
     import wave
 
     mids = class_map.mid.tolist()
-    lines = ["# Segments csv created Sun Mar  5 10:54:25 2017",
-             "# num_ytids=3, num_segs=3, num_unique_labels=4, num_positive_labels=5",
-             "# YTID, start_seconds, end_seconds, positive_labels",
-             f'--4gqARaEJE, 0.000, 10.000, "{mids[0]},{mids[137]}"',
-             f'--BfvyPmVMo, 20.000, 30.000, "{mids[500]}"',
-             '--U7joUcTCo, 0.000, 10.000, "/m/notinyamnet"',
-             f'--i-y1v8Hy8, 0.000, 10.000, "{mids[3]}"']  # listed, not downloaded
+    lines = [
+        "# Segments csv created Sun Mar  5 10:54:25 2017",
+        "# num_ytids=3, num_segs=3, num_unique_labels=4, num_positive_labels=5",
+        "# YTID, start_seconds, end_seconds, positive_labels",
+        f'--4gqARaEJE, 0.000, 10.000, "{mids[0]},{mids[137]}"',
+        f'--BfvyPmVMo, 20.000, 30.000, "{mids[500]}"',
+        '--U7joUcTCo, 0.000, 10.000, "/m/notinyamnet"',
+        f'--i-y1v8Hy8, 0.000, 10.000, "{mids[3]}"',
+    ]  # listed, not downloaded
     (root / "audio").mkdir(parents=True)
     (root / "eval_segments.csv").write_text("\n".join(lines) + "\n")
     rng = np.random.default_rng(0)
@@ -177,8 +206,9 @@ def test_audioset_evaluation_set_in_the_official_format(tmp_path):
     assert meta.filename.tolist() == ["--4gqARaEJE_0.wav", "--BfvyPmVMo_20.wav"]
     assert [np.flatnonzero(row).tolist() for row in labels] == [[0, 137], [500]] and meta.target.tolist() == [0, 500]
     assert [len(w) for w in waves] == [32000, 32000]  # 2 s resampled to 16 kHz
-    params = moil_audio.Params.for_scale("smoke", audioset_root=str(tmp_path), global_classes=0, local_classes=2,
-                                         global_eval_fraction=0.5)
+    params = moil_audio.Params.for_scale(
+        "smoke", audioset_root=str(tmp_path), global_classes=0, local_classes=2, global_eval_fraction=0.5
+    )
     data = moil_audio.load_data(params, log=lambda *_: None)
     assert len(data.global_pool) + len(data.global_eval) == 2 and data.global_categories == ["AudioSet evaluation set"]
     (tmp_path / "eval_segments.csv").unlink()
@@ -197,12 +227,19 @@ def _official_yamnet() -> keras.Model:
 
     for i, (kind, stride, filters) in enumerate(yamnet.LAYERS, 1):
         if kind == "conv":
-            x = bn_relu(keras.layers.Conv2D(filters, 3, stride, "same", use_bias=False, name=f"layer{i}/conv")(x), f"layer{i}/conv")
+            x = bn_relu(
+                keras.layers.Conv2D(filters, 3, stride, "same", use_bias=False, name=f"layer{i}/conv")(x),
+                f"layer{i}/conv",
+            )
         else:
-            x = bn_relu(keras.layers.DepthwiseConv2D(3, stride, "same", use_bias=False, name=f"layer{i}/depthwise_conv")(x),
-                        f"layer{i}/depthwise_conv")
-            x = bn_relu(keras.layers.Conv2D(filters, 1, 1, "same", use_bias=False, name=f"layer{i}/pointwise_conv")(x),
-                        f"layer{i}/pointwise_conv")
+            x = bn_relu(
+                keras.layers.DepthwiseConv2D(3, stride, "same", use_bias=False, name=f"layer{i}/depthwise_conv")(x),
+                f"layer{i}/depthwise_conv",
+            )
+            x = bn_relu(
+                keras.layers.Conv2D(filters, 1, 1, "same", use_bias=False, name=f"layer{i}/pointwise_conv")(x),
+                f"layer{i}/pointwise_conv",
+            )
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(patches, keras.layers.Dense(yamnet.CLASSES)(x))
 

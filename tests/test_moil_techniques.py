@@ -1,14 +1,15 @@
 """MoIL's three techniques (thesis Ch. 4) with real TensorFlow on a small MobileNetV2: GDM's
 per-class sampling, LF's trainable variables and frozen batch normalisation, the frozen/head
 split, and FMC training the head from a memory-mapped cache to the same weights as LF without it."""
+
 import numpy as np
 import pytest
 
 from ondevice.models import mobilenet_v2 as mv
-from ondevice.tasks.classification import ClassificationTask
 from ondevice.papers.moil.techniques import feature_cache as fc
 from ondevice.papers.moil.techniques import gdm
 from ondevice.papers.moil.techniques import layer_freezing as lf
+from ondevice.tasks.classification import ClassificationTask
 from ondevice.training.trainer import Trainer, seed_everything
 
 SIZE, CLASSES, WIDTH = 32, 6, 0.35
@@ -142,7 +143,10 @@ def test_feature_cache_training_equals_layer_freezing(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     test_x, test_y = _data(16, seed=1)
     test_features = fc.build(frozen, test_x, tmp_path / "test.npy", batch_size=16)
-    assert task.evaluate(plain, (test_x, test_y))["accuracy"] == head_task.evaluate(head, (test_features, test_y))["accuracy"]
+    assert (
+        task.evaluate(plain, (test_x, test_y))["accuracy"]
+        == head_task.evaluate(head, (test_features, test_y))["accuracy"]
+    )
 
 
 def test_size_report_and_errors(tmp_path):

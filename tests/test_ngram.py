@@ -1,13 +1,16 @@
 """Kneser-Ney n-gram baselines (DeepType Fig. 1b): proper distributions, a case computed by hand,
 and suggestions that respect the typed prefix."""
+
 import numpy as np
 import pytest
 
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed, histories
 
-TEXT = ("The cat sat on the mat. Then the dog sat on the cat! The man then ran to the mat; "
-        "a cat ran. The dog and the man sat. Then they ran on and on.")
+TEXT = (
+    "The cat sat on the mat. Then the dog sat on the cat! The man then ran to the mat; "
+    "a cat ran. The dog and the man sat. Then they ran on and on."
+)
 
 
 def ids(sents, vocab):
@@ -76,8 +79,8 @@ def test_chars_needed_by_hand():
     test = build_samples([["cat", "them"], ["cat", "then"], ["cat", "dog"]], vocab, 4)
     # samples: cat (no previous word: first suggestion after 1 character), them, cat, then, cat, dog (<unk>)
     cases = {
-        (1, True): [1, 4, 1, 4, 1, 3],   # top-1 with the prefix: 'them'/'then' only once fully typed
-        (2, True): [1, 4, 1, 0, 1, 3],   # top-2 is {the, then} before any character
+        (1, True): [1, 4, 1, 4, 1, 3],  # top-1 with the prefix: 'them'/'then' only once fully typed
+        (2, True): [1, 4, 1, 0, 1, 3],  # top-2 is {the, then} before any character
         (1, False): [3, 4, 3, 4, 3, 3],  # without the prefix the top-1 is always 'the'
         (3, False): [3, 0, 3, 0, 3, 3],  # {the, then, them}; cat and the unknown dog are never shown
     }

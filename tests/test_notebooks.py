@@ -1,5 +1,6 @@
 """Every notebook in notebooks/ runs under papermill at smoke scale, through the same runner as
 `make reproduce`, and leaves complete, sane, reproducible results."""
+
 import json
 import math
 import re
@@ -26,8 +27,14 @@ def deeptype_sanity(out: Path) -> None:
     assert users.top_k_eff.between(0, 1).all() and (users.perplexity > 1).all()
     assert (users.train_words > users.test_words).all()
     assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
-    assert {"crowd global", "crowd global + personal", "crowd global + more crowd training", "far global",
-            "far global + personal", "no global + personal"} <= set(users.condition)
+    assert {
+        "crowd global",
+        "crowd global + personal",
+        "crowd global + more crowd training",
+        "far global",
+        "far global + personal",
+        "no global + personal",
+    } <= set(users.condition)
     assert pd.read_csv(out / "tables" / "summary.csv").top_k_eff_median.between(0, 1).all()
     groups = pd.read_csv(out / "tables" / "groups.csv")
     assert groups.top_k_eff_median.dropna().between(0, 1).all() and groups.users.sum() == 2 * users.user.nunique()
@@ -89,7 +96,9 @@ def colla_sanity(out: Path) -> None:
     shares = pd.read_csv(out / "tables" / "summary.csv")["best share"].dropna()
     assert abs(shares.sum() - 1) < 1e-9
     for path in (out / "tables").glob("*.csv"):  # GeoLife: aggregate metrics only
-        assert not [c for c in pd.read_csv(path).columns if re.search(r"lat|lng|lon|coord|cell", str(c), re.I)], path.name
+        assert not [c for c in pd.read_csv(path).columns if re.search(r"lat|lng|lon|coord|cell", str(c), re.I)], (
+            path.name
+        )
 
 
 def colla_cost_sanity(out: Path) -> None:
@@ -106,7 +115,9 @@ def deeptype_ngram_sanity(out: Path) -> None:
     assert users.top_k_eff.between(0, 1).all()
     lstm, ngram = users[users.model == "LSTM"], users[users.model != "LSTM"]
     assert lstm.seed.notna().all() and ngram.seed.isna().all()
-    assert (users.word_perplexity.dropna() > 1).all() and users[users.model.str.endswith("+char")].word_perplexity.isna().all()
+    assert (users.word_perplexity.dropna() > 1).all() and users[
+        users.model.str.endswith("+char")
+    ].word_perplexity.isna().all()
     wide = ngram.pivot(index="user", columns="model", values="top_k_eff")
     for plain in [m for m in wide.columns if not m.endswith("+char")]:  # the prefix filter can only help
         assert (wide[plain + "+char"] >= wide[plain]).all(), plain
@@ -176,7 +187,7 @@ def autlearn_accuracy_sanity(out: Path) -> None:
     assert users.top1.between(0, 1).all()
     assert users.groupby(["kind", "seed", "user", "method"]).size().eq(1).all()
     methods = {"pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"}
-    for kind, rows in users.groupby("kind"):
+    for _, rows in users.groupby("kind"):
         assert set(rows.method) == methods
         assert rows.groupby("method").user.nunique().nunique() == 1  # every method on the same users
         assert rows.groupby(["seed", "user"]).test_examples.nunique().eq(1).all()  # and the same test split
@@ -203,7 +214,11 @@ def _rates_chosen_on_validation_users(out: Path, users: pd.DataFrame) -> None:
         assert r[r.chosen].learning_rate.iloc[0] == run["params"][f"{kind}_personal_learning_rate"]
         assert r[r.chosen]["validation mean top-1"].iloc[0] == r[r.learning_rate > 0]["validation mean top-1"].max()
     validation = run["notes"]["validation_users"]
-    assert validation["text"] and validation["image"] and not set(validation["text"] + validation["image"]) & set(users.user)
+    assert (
+        validation["text"]
+        and validation["image"]
+        and not set(validation["text"] + validation["image"]) & set(users.user)
+    )
 
 
 def autlearn_augment_online_sanity(out: Path) -> None:
@@ -241,7 +256,9 @@ def autlearn_cost_sanity(out: Path) -> None:
     assert rounds.groupby("model").within_budget.apply(lambda s: s.iloc[:-1].all()).all()  # only the last may break it
     epochs = pd.read_csv(t / "epochs.csv")
     assert (epochs[["steps", "gflops", "epoch_seconds"]] > 0).all().all()
-    assert set(epochs[epochs.model == "MobileNet"].batch) == {1, 16} and set(epochs[epochs.model == "LSTM"].batch) == {16}
+    assert set(epochs[epochs.model == "MobileNet"].batch) == {1, 16} and set(epochs[epochs.model == "LSTM"].batch) == {
+        16
+    }
     assert (pd.read_csv(t / "compiler_parity.csv").abs_difference < 1e-4).all()
     assert (pd.read_csv(t / "compiler_time.csv").epoch_time_seconds > 0).all()
     online = pd.read_csv(t / "online.csv").pivot_table(index=["model", "user"], columns="condition", values="gflops")
@@ -255,15 +272,22 @@ def autlearn_cost_sanity(out: Path) -> None:
 
 
 # Checks that only make sense for one experiment; every notebook also gets the generic ones.
-SANITY = {"deeptype_top3eff": deeptype_sanity, "energy_governors": energy_sanity,
-          "autlearn_availability": autlearn_availability_sanity,
-          "deeptype_personal_data": deeptype_personal_data_sanity,
-          "colla": colla_sanity, "colla_cost": colla_cost_sanity,
-          "deeptype_ngram": deeptype_ngram_sanity, "deeptype_data_size": deeptype_data_size_sanity,
-          "deeptype_online": deeptype_online_sanity,
-          "moil_image": moil_image_sanity, "moil_audio": moil_audio_sanity,
-          "autlearn_accuracy": autlearn_accuracy_sanity, "autlearn_augment_online": autlearn_augment_online_sanity,
-          "autlearn_cost": autlearn_cost_sanity}
+SANITY = {
+    "deeptype_top3eff": deeptype_sanity,
+    "energy_governors": energy_sanity,
+    "autlearn_availability": autlearn_availability_sanity,
+    "deeptype_personal_data": deeptype_personal_data_sanity,
+    "colla": colla_sanity,
+    "colla_cost": colla_cost_sanity,
+    "deeptype_ngram": deeptype_ngram_sanity,
+    "deeptype_data_size": deeptype_data_size_sanity,
+    "deeptype_online": deeptype_online_sanity,
+    "moil_image": moil_image_sanity,
+    "moil_audio": moil_audio_sanity,
+    "autlearn_accuracy": autlearn_accuracy_sanity,
+    "autlearn_augment_online": autlearn_augment_online_sanity,
+    "autlearn_cost": autlearn_cost_sanity,
+}
 
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
@@ -341,14 +365,23 @@ def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkey
     text = ("/cells/*/outputs/*/text", "/cells/*/outputs/*/data/text/plain")
     volatile = [
         r"(?m)^.*(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|[EWI]0000 |absl::InitializeLog).*\n?",  # TF start-up logs
-        r"\(\d+\.\d+ steps/s\)", r"\d+\.\d+ ?m?s\b", r"written to \S+", r"(?m)^\[model cache\].*\n?",
+        r"\(\d+\.\d+ steps/s\)",
+        r"\d+\.\d+ ?m?s\b",
+        r"written to \S+",
+        r"(?m)^\[model cache\].*\n?",
     ]
     # a fresh model cache, so the re-run trains (and prints) exactly what the first run did
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
     fixture = NBRegressionFixture(
-        exec_timeout=900, exec_cwd=str(REPO_ROOT / "notebooks"),
-        diff_ignore=("/metadata", "/cells/*/metadata", "/cells/*/execution_count",
-                     "/cells/*/outputs/*/data/image/png", "/cells/*/outputs/*/data/image/svg+xml"),
+        exec_timeout=900,
+        exec_cwd=str(REPO_ROOT / "notebooks"),
+        diff_ignore=(
+            "/metadata",
+            "/cells/*/metadata",
+            "/cells/*/execution_count",
+            "/cells/*/outputs/*/data/image/png",
+            "/cells/*/outputs/*/data/image/svg+xml",
+        ),
         diff_replace=tuple((p, rx, "") for p in text for rx in volatile),
     )
     fixture.check(str(path))

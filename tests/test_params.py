@@ -13,18 +13,21 @@ def test_presets_exist_for_every_scale_and_validate():
     assert exp.Params.for_scale("paper").seeds >= 3
 
 
-@pytest.mark.parametrize("kwargs,names", [
-    (dict(vocab_sise=10), "vocab_sise"),
-    (dict(k=0), "'k'"),
-    (dict(test_users=0), "'test_users'"),
-    (dict(personal_train_fraction=1.0), "'personal_train_fraction'"),
-    (dict(k="3"), "'k' must be int"),
-    (dict(global_learning_rate=-1), "'global_learning_rate'"),
-    (dict(sgd_lr_grid=[1e-3, -1]), "'sgd_lr_grid'"),
-    (dict(sgd_lr_grid=0.1), "'sgd_lr_grid' must be a list"),
-    (dict(optimizer="rmsprop"), "'optimizer'"),
-    (dict(validation_users=0), "'validation_users'"),  # a grid needs validation users
-])
+@pytest.mark.parametrize(
+    "kwargs,names",
+    [
+        (dict(vocab_sise=10), "vocab_sise"),
+        (dict(k=0), "'k'"),
+        (dict(test_users=0), "'test_users'"),
+        (dict(personal_train_fraction=1.0), "'personal_train_fraction'"),
+        (dict(k="3"), "'k' must be int"),
+        (dict(global_learning_rate=-1), "'global_learning_rate'"),
+        (dict(sgd_lr_grid=[1e-3, -1]), "'sgd_lr_grid'"),
+        (dict(sgd_lr_grid=0.1), "'sgd_lr_grid' must be a list"),
+        (dict(optimizer="rmsprop"), "'optimizer'"),
+        (dict(validation_users=0), "'validation_users'"),  # a grid needs validation users
+    ],
+)
 def test_bad_parameters_name_the_parameter(kwargs, names):
     with pytest.raises(ParameterError, match=names):
         exp.Params.for_scale("smoke", **kwargs)
@@ -41,8 +44,16 @@ def test_int_is_accepted_for_float_fields_and_lists_for_grids():
 
 
 def test_from_notebook_takes_direct_fields_and_overrides_and_rejects_unknown_names():
-    ns = {"scale": "smoke", "seed": 3, "k": 5, "overrides": {"vocab_size": 900}, "out_dir": "", "exp": exp,
-          "In": [], "_i1": ""}
+    ns = {
+        "scale": "smoke",
+        "seed": 3,
+        "k": 5,
+        "overrides": {"vocab_size": 900},
+        "out_dir": "",
+        "exp": exp,
+        "In": [],
+        "_i1": "",
+    }
     p = exp.Params.from_notebook(ns)
     assert (p.seed, p.k, p.vocab_size) == (3, 5, 900)
     assert p.seed_list == [3, 4]

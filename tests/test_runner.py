@@ -1,5 +1,6 @@
 """The runner behind `make reproduce`/`make verify` and the provenance it records: what is skipped,
 how numbers are compared with the published ones, and which files a notebook's results depend on."""
+
 import json
 import subprocess
 import sys
@@ -26,11 +27,19 @@ def has_git() -> bool:
 
 # --- published vs this run ---------------------------------------------------------------------
 
+
 def test_compare_headlines_verdicts():
-    published = {"headline": {"top3": headline(0.50, 0.01), "far": headline(0.50, 0.01),
-                              "one_seed": headline(0.40), "gone": headline(0.30, 0.05)}}
-    this = {"headline": {"top3": headline(0.505), "far": headline(0.52), "one_seed": headline(0.41),
-                         "extra": headline(1.0)}}
+    published = {
+        "headline": {
+            "top3": headline(0.50, 0.01),
+            "far": headline(0.50, 0.01),
+            "one_seed": headline(0.40),
+            "gone": headline(0.30, 0.05),
+        }
+    }
+    this = {
+        "headline": {"top3": headline(0.505), "far": headline(0.52), "one_seed": headline(0.41), "extra": headline(1.0)}
+    }
     rows = {r["name"]: r for r in runner.compare_headlines(published, this)}
     assert [r for r in rows] == ["top3", "far", "one_seed", "gone", "extra"]
     assert rows["top3"]["verdict"] == "agrees" and rows["top3"]["difference"] == pytest.approx(0.005)
@@ -54,8 +63,9 @@ def test_no_published_headline_gives_no_rows():
 
 
 def test_table_and_summary_name_what_differs():
-    rows = runner.compare_headlines({"headline": {"top-3-eff": headline(0.5, 0.01)}},
-                                    {"headline": {"top-3-eff": headline(0.6)}})
+    rows = runner.compare_headlines(
+        {"headline": {"top-3-eff": headline(0.5, 0.01)}}, {"headline": {"top-3-eff": headline(0.6)}}
+    )
     table = runner.format_rows(rows)
     assert "published" in table and "this run" in table and "|difference|" in table and "DIFFERS" in table
     text = runner.summary({"nb_a": rows, "nb_b": None}, verify=False)
@@ -66,8 +76,12 @@ def test_table_and_summary_name_what_differs():
 @pytest.mark.skipif(not has_git(), reason="needs a git checkout")
 def test_published_is_the_run_json_at_git_head():
     final = REPO_ROOT / "results" / "default" / "deeptype_top3eff"
-    committed = subprocess.run(["git", "cat-file", "-e", "HEAD:results/default/deeptype_top3eff/run.json"],
-                               cwd=REPO_ROOT).returncode == 0
+    committed = (
+        subprocess.run(
+            ["git", "cat-file", "-e", "HEAD:results/default/deeptype_top3eff/run.json"], cwd=REPO_ROOT
+        ).returncode
+        == 0
+    )
     if not committed:
         pytest.skip("no committed default result")
     published, source = runner.published_run(final, replaced={"headline": {}})
@@ -75,7 +89,10 @@ def test_published_is_the_run_json_at_git_head():
 
 
 def test_published_falls_back_to_the_replaced_result_outside_git(tmp_path):
-    assert runner.published_run(tmp_path / "nb", replaced={"x": 1}) == ({"x": 1}, "the result this run replaced (not committed)")
+    assert runner.published_run(tmp_path / "nb", replaced={"x": 1}) == (
+        {"x": 1},
+        "the result this run replaced (not committed)",
+    )
     assert runner.published_run(tmp_path / "nb", replaced=None) == (None, "")
 
 
@@ -125,13 +142,15 @@ def test_nothing_published_is_said_and_verify_passes(fake_runs, capsys):
 
 # --- completion marker: only results this checkout produced are skipped --------------------------
 
+
 def writing_notebook(path: Path, value: float) -> None:
     """A notebook that writes a run.json as result.save would, without the experiment code."""
     params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
     params.metadata["tags"] = ["parameters"]
     run = {"experiment": "tiny", "headline": {"x": headline(value)}}
     body = nbformat.v4.new_code_cell(
-        f"import json, pathlib\npathlib.Path(out_dir, 'run.json').write_text(json.dumps({run!r}))")
+        f"import json, pathlib\npathlib.Path(out_dir, 'run.json').write_text(json.dumps({run!r}))"
+    )
     nb = nbformat.v4.new_notebook(cells=[params, body])
     nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
     nbformat.write(nb, path)
@@ -170,7 +189,8 @@ def test_finished_jobs_survive_a_failed_run_and_go_with_a_completed_one(tmp_path
         "resumed = (jobs / 'user-1.pkl').is_file()\n"
         "(jobs / 'user-1.pkl').write_text('finished')\n"
         "assert not fail, 'stopped after user 1'\n"
-        "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'jobs', 'resumed': resumed}))")
+        "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'jobs', 'resumed': resumed}))"
+    )
     nb = nbformat.v4.new_notebook(cells=[params, body])
     nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
     notebook = tmp_path / "jobs.ipynb"
@@ -188,21 +208,34 @@ def test_finished_jobs_survive_a_failed_run_and_go_with_a_completed_one(tmp_path
 def test_completion_marker_is_git_ignored():
     for path in ("results/default/some_notebook/.complete.json", "results/default/.jobs/some_notebook/x.pkl"):
         assert subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO_ROOT).returncode == 0
-    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", "results/default/some_notebook/run.json"],
-                          cwd=REPO_ROOT).returncode == 1
+    assert (
+        subprocess.run(
+            ["git", "check-ignore", "-q", "--no-index", "results/default/some_notebook/run.json"], cwd=REPO_ROOT
+        ).returncode
+        == 1
+    )
 
 
 # --- which files a notebook's results depend on -------------------------------------------------
 
+
 def test_code_files_of_the_deeptype_notebook():
     notebook = REPO_ROOT / "notebooks" / "deeptype" / "deeptype_top3eff.ipynb"
     files = {p.relative_to(REPO_ROOT).as_posix() for p in provenance.code_files(notebook)}
-    assert {"lib/ondevice/__init__.py", "lib/ondevice/papers/deeptype/experiments/__init__.py",
-            "lib/ondevice/papers/deeptype/experiments/deeptype_top3eff.py", "lib/ondevice/params.py",
-            "data_manifests/shakespeare.yaml", "requirements.lock", "pyproject.toml"} <= files
+    assert {
+        "lib/ondevice/__init__.py",
+        "lib/ondevice/papers/deeptype/experiments/__init__.py",
+        "lib/ondevice/papers/deeptype/experiments/deeptype_top3eff.py",
+        "lib/ondevice/params.py",
+        "data_manifests/shakespeare.yaml",
+        "requirements.lock",
+        "pyproject.toml",
+    } <= files
     assert "lib/ondevice/report/runner.py" not in files and "lib/ondevice/data/__main__.py" not in files
     experiment = REPO_ROOT / "lib" / "ondevice" / "papers" / "deeptype" / "experiments" / "deeptype_top3eff.py"
-    assert set(provenance.module_files("ondevice.papers.deeptype.experiments.deeptype_top3eff")) <= set(provenance.code_files(notebook))
+    assert set(provenance.module_files("ondevice.papers.deeptype.experiments.deeptype_top3eff")) <= set(
+        provenance.code_files(notebook)
+    )
     assert experiment in provenance.module_files("ondevice.papers.deeptype.experiments.deeptype_top3eff")
 
 
@@ -217,8 +250,7 @@ def fake_repo(tmp_path):
     lib = tmp_path / "lib" / "ondevice"
     write(lib / "__init__.py", "")
     write(lib / "a" / "__init__.py", "")
-    write(lib / "a" / "used.py", "from ..b import helper\nfrom . import sibling\nfrom .. import pkg\n"
-                                 "DATASET = 'toy'\n")
+    write(lib / "a" / "used.py", "from ..b import helper\nfrom . import sibling\nfrom .. import pkg\nDATASET = 'toy'\n")
     write(lib / "a" / "sibling.py", "def f():\n    from ondevice.lazy import thing\n")
     write(lib / "b" / "__init__.py", "")
     write(lib / "b" / "helper.py", "from .deep import x\n")
@@ -239,11 +271,26 @@ def fake_repo(tmp_path):
 
 
 def test_code_files_follow_imports_transitively(fake_repo):
-    files = {p.relative_to(fake_repo).as_posix() for p in provenance.code_files(fake_repo / "notebooks" / "nb.ipynb", fake_repo)}
+    files = {
+        p.relative_to(fake_repo).as_posix()
+        for p in provenance.code_files(fake_repo / "notebooks" / "nb.ipynb", fake_repo)
+    }
     lib = "lib/ondevice/"
-    assert files == {lib + f for f in ("__init__.py", "a/__init__.py", "a/used.py", "a/sibling.py", "b/__init__.py",
-                                       "b/helper.py", "b/deep.py", "pkg/__init__.py", "pkg/inner.py", "lazy.py")} | {
-        "data_manifests/toy.yaml", "requirements.lock", "pyproject.toml"}
+    assert files == {
+        lib + f
+        for f in (
+            "__init__.py",
+            "a/__init__.py",
+            "a/used.py",
+            "a/sibling.py",
+            "b/__init__.py",
+            "b/helper.py",
+            "b/deep.py",
+            "pkg/__init__.py",
+            "pkg/inner.py",
+            "lazy.py",
+        )
+    } | {"data_manifests/toy.yaml", "requirements.lock", "pyproject.toml"}
 
 
 def test_fingerprint_changes_only_with_what_the_notebook_uses(fake_repo):
@@ -264,6 +311,7 @@ def test_fingerprint_changes_only_with_what_the_notebook_uses(fake_repo):
 
 # --- git state and the machine ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not has_git(), reason="needs a git checkout")
 def test_git_state_covers_only_the_given_paths(tmp_path):
     assert provenance.git_state(["lib/ondevice/no_such_module.py"])["dirty"] is False
@@ -279,7 +327,9 @@ def test_git_state_covers_only_the_given_paths(tmp_path):
 
 def test_environment_takes_the_dirty_flag_from_the_notebooks_code(monkeypatch):
     seen = []
-    monkeypatch.setattr(provenance, "git_state", lambda paths=None: seen.append(paths) or {"commit": None, "dirty": None})
+    monkeypatch.setattr(
+        provenance, "git_state", lambda paths=None: seen.append(paths) or {"commit": None, "dirty": None}
+    )
     fake_tf = types.SimpleNamespace(config=types.SimpleNamespace(list_physical_devices=lambda kind: []))
     monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
     env = provenance.environment("deeptype_top3eff")
@@ -291,8 +341,10 @@ def test_environment_takes_the_dirty_flag_from_the_notebooks_code(monkeypatch):
 
 
 def test_cpu_flags_and_onednn(monkeypatch):
-    info = provenance.cpu_info("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f "
-                               "amx_tile\n\nprocessor\t: 1\nmodel name\t: Other\n")
+    info = provenance.cpu_info(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f "
+        "amx_tile\n\nprocessor\t: 1\nmodel name\t: Other\n"
+    )
     assert info == {"model": "Some CPU", "flags": ["sse4_2", "avx", "avx2", "fma", "avx512f", "amx_tile"]}
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert provenance.onednn_enabled() is False and provenance.determinism()["onednn"] is False

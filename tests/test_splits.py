@@ -5,7 +5,9 @@ from ondevice import streams
 from ondevice.data.splits import SplitRule, make_split, split_history
 
 SIZES = {f"u{i:02d}": i * 100 for i in range(50)}
-RULE = SplitRule(test_users=5, test_min_words=3000, validation_users=4, validation_min_words=2000, validation_max_words=3000)
+RULE = SplitRule(
+    test_users=5, test_min_words=3000, validation_users=4, validation_min_words=2000, validation_max_words=3000
+)
 
 
 def test_split_history_keeps_order_and_fraction():

@@ -99,8 +99,14 @@ def test_parity_table_says_why_a_set_up_has_no_builtin_form():
     ones are empty and say why."""
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(4, 6, 6, 1)).astype("float32"), rng.integers(0, 2, size=4).astype("int32")
-    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(2, 3, name="conv"),
-                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2, name="head")])
+    model = keras.Sequential(
+        [
+            keras.Input((6, 6, 1)),
+            keras.layers.Conv2D(2, 3, name="conv"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(2, name="head"),
+        ]
+    )
     table, _ = tflite.parity_table(model, ClassificationTask((6, 6, 1), 2), 0.1, [(x, y)] * 2, "sgd")
     assert table.loss_builtin.isna().all() and table.loss_tflite.notna().all()
     assert table.builtin.iloc[0].startswith("no builtin form:") and "conv" in table.builtin.iloc[0]

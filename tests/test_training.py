@@ -1,4 +1,5 @@
 """The Trainer: real TensorFlow steps on a tiny next-word model and a tiny classifier, with hooks."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -89,7 +90,8 @@ def test_gradient_hook_and_batch_source_hook_are_used():
 
     embedding = model.get_layer("embedding").get_weights()[0].copy()
     history = Trainer(model, NextWordTask(), 0.01, hooks=[ZeroEmbeddingGradient(), FirstThreeBatches()]).fit(
-        samples, 1, 16, np.random.default_rng(0))
+        samples, 1, 16, np.random.default_rng(0)
+    )
     assert history[0]["steps"] == 3
     # Adam with zero gradients leaves the variable where it was
     np.testing.assert_array_equal(model.get_layer("embedding").get_weights()[0], embedding)

@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from ondevice.data.typing_samples import (CHARS, PAD_ID, UNK_ID, Vocabulary, batch_indices, build_samples,
-                                          sentences)
+from ondevice.data.typing_samples import CHARS, PAD_ID, UNK_ID, Vocabulary, batch_indices, build_samples, sentences
 
 
 def decode(vocab, ids):
@@ -10,7 +9,12 @@ def decode(vocab, ids):
 
 
 def test_sentences_lowercase_and_split_on_punctuation():
-    assert sentences("Health is priceless! Is't not? Ay; 'tis.") == [["health", "is", "priceless"], ["is't", "not"], ["ay"], ["tis"]]
+    assert sentences("Health is priceless! Is't not? Ay; 'tis.") == [
+        ["health", "is", "priceless"],
+        ["is't", "not"],
+        ["ay"],
+        ["tis"],
+    ]
 
 
 def test_paper_example_health_is_priceless():
@@ -35,7 +39,7 @@ def test_context_is_capped_and_oov_words_become_unk():
     sents = [["a", "b", "c", "d", "zebra"]]
     vocab = Vocabulary.from_sentences([["a", "b", "c", "d"]], 6)
     s = build_samples(sents, vocab, context_words=2)
-    last = s.inputs[s.offsets[4]: s.offsets[5]]
+    last = s.inputs[s.offsets[4] : s.offsets[5]]
     assert decode(vocab, last[:2]) == ["c", "d"]
     assert s.target[4] == UNK_ID and s.labels[s.offsets[5] - 1] == UNK_ID
 

@@ -1,5 +1,6 @@
 """The per-user text format: what it accepts, what it rejects (with file and line), and the
 meaning of out-of-order and duplicate timestamps; a DeepType corpus read from such a file."""
+
 import json
 
 import pytest
@@ -16,34 +17,43 @@ def write_lines(path, lines):
 
 
 def test_histories_are_stably_sorted_by_timestamp_and_keep_every_user(tmp_path):
-    path = write_lines(tmp_path / "logs.jsonl", [
-        {"user": "bob", "timestamp": 20, "text": "later words"},
-        {"user": "ann", "timestamp": "2024-05-01T12:00:00Z", "text": "second. third"},
-        {"user": "bob", "timestamp": 10, "text": "early"},
-        "",
-        {"user": "bob", "timestamp": 20, "text": "later words"},  # a duplicate counts again
-        {"user": "ann", "timestamp": "2024-05-01T11:00:00", "text": "first", "app": "mail"},
-        {"user": "bob", "timestamp": 20, "text": "same time"},
-        {"user": "cid", "timestamp": 1, "text": "!!! 123"},  # no words: kept, with an empty history
-    ])
+    path = write_lines(
+        tmp_path / "logs.jsonl",
+        [
+            {"user": "bob", "timestamp": 20, "text": "later words"},
+            {"user": "ann", "timestamp": "2024-05-01T12:00:00Z", "text": "second. third"},
+            {"user": "bob", "timestamp": 10, "text": "early"},
+            "",
+            {"user": "bob", "timestamp": 20, "text": "later words"},  # a duplicate counts again
+            {"user": "ann", "timestamp": "2024-05-01T11:00:00", "text": "first", "app": "mail"},
+            {"user": "bob", "timestamp": 20, "text": "same time"},
+            {"user": "cid", "timestamp": 1, "text": "!!! 123"},  # no words: kept, with an empty history
+        ],
+    )
     messages = user_text.read(path)
     assert len(messages) == 7
     users = user_text.user_sentences(messages)
-    assert users == {"bob": [["early"], ["later", "words"], ["later", "words"], ["same", "time"]],
-                     "ann": [["first"], ["second"], ["third"]], "cid": []}
+    assert users == {
+        "bob": [["early"], ["later", "words"], ["later", "words"], ["same", "time"]],
+        "ann": [["first"], ["second"], ["third"]],
+        "cid": [],
+    }
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", "not valid JSON"),
-    ('["user", 1, "text"]', "expected a JSON object"),
-    ('{"user": "a", "text": "hi"}', "missing key(s) ['timestamp']"),
-    ('{"user": "", "timestamp": 1, "text": "hi"}', "'user' must be a non-empty string"),
-    ('{"user": 7, "timestamp": 1, "text": "hi"}', "'user' must be a non-empty string"),
-    ('{"user": "a", "timestamp": 1, "text": null}', "'text' must be a string"),
-    ('{"user": "a", "timestamp": "yesterday", "text": "hi"}', "bad 'timestamp'"),
-    ('{"user": "a", "timestamp": true, "text": "hi"}', "bad 'timestamp'"),
-    ('{"user": "a", "timestamp": NaN, "text": "hi"}', "bad 'timestamp'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "not valid JSON"),
+        ('["user", 1, "text"]', "expected a JSON object"),
+        ('{"user": "a", "text": "hi"}', "missing key(s) ['timestamp']"),
+        ('{"user": "", "timestamp": 1, "text": "hi"}', "'user' must be a non-empty string"),
+        ('{"user": 7, "timestamp": 1, "text": "hi"}', "'user' must be a non-empty string"),
+        ('{"user": "a", "timestamp": 1, "text": null}', "'text' must be a string"),
+        ('{"user": "a", "timestamp": "yesterday", "text": "hi"}', "bad 'timestamp'"),
+        ('{"user": "a", "timestamp": true, "text": "hi"}', "bad 'timestamp'"),
+        ('{"user": "a", "timestamp": NaN, "text": "hi"}', "bad 'timestamp'"),
+    ],
+)
 def test_malformed_lines_are_rejected_with_file_and_line(tmp_path, line, message):
     path = write_lines(tmp_path / "bad.jsonl", [{"user": "a", "timestamp": 0, "text": "fine"}, "", line])
     with pytest.raises(DataError) as err:
@@ -77,7 +87,10 @@ def test_a_deeptype_corpus_from_a_user_file(speeches, tmp_path):
     assert from_file.users == built_in.users
     assert from_file.split.test == built_in.split.test and from_file.split.crowd == built_in.split.crowd
     assert from_file.crowd_samples.digest() == built_in.crowd_samples.digest()
-    assert from_file.manifest.stand_in_for is None and from_file.manifest.artifacts[0].sha256 != built_in.manifest.artifacts[0].sha256
+    assert (
+        from_file.manifest.stand_in_for is None
+        and from_file.manifest.artifacts[0].sha256 != built_in.manifest.artifacts[0].sha256
+    )
     with pytest.raises(ParameterError, match="corpus"):
         _params(corpus=str(tmp_path / "absent.jsonl"))
 

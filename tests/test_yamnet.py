@@ -1,5 +1,6 @@
 """YAMNet: MoIL's layer count, the front end, and the weights imported from the published TFLite
 model agreeing with that model on real ESC-50 clips."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,10 +50,10 @@ def test_units_are_the_thesis_layers():
 
 
 def test_patches_follow_yamnet_framing():
-    assert audio_features.patches(np.zeros(80000)).shape == (10, 96, 64)      # a 5 s ESC-50 clip
-    assert audio_features.patches_per_clip(160000) == 20                       # 10 s of AudioSet
-    assert audio_features.patches(np.zeros(15600)).shape == (1, 96, 64)        # what yamnet.tflite takes
-    assert audio_features.patches(np.zeros(100)).shape == (1, 96, 64)         # padded up to one patch
+    assert audio_features.patches(np.zeros(80000)).shape == (10, 96, 64)  # a 5 s ESC-50 clip
+    assert audio_features.patches_per_clip(160000) == 20  # 10 s of AudioSet
+    assert audio_features.patches(np.zeros(15600)).shape == (1, 96, 64)  # what yamnet.tflite takes
+    assert audio_features.patches(np.zeros(100)).shape == (1, 96, 64)  # padded up to one patch
     with pytest.raises(ValueError, match="1-D"):
         audio_features.patches(np.zeros((2, 100)))
 
@@ -79,7 +80,7 @@ def test_imported_weights_agree_with_tflite_on_real_clips(imported, tflite_path,
     fold4 = np.flatnonzero(clips.meta.fold.to_numpy() == 4)[::10]  # 40 clips, all 50 classes' fold
     net_diff, net_top, e2e_top, e2e_diff = [], [], [], []
     for i in fold4:
-        x = clips.waveform(i)[16000: 16000 + audio_features.PATCH_SAMPLES]  # one patch from 1 s in
+        x = clips.waveform(i)[16000 : 16000 + audio_features.PATCH_SAMPLES]  # one patch from 1 s in
         interp.set_tensor(inp, x[None])
         interp.invoke()
         ref, ref_mel = interp.get_tensor(out["Identity"])[0], interp.get_tensor(out["Identity_1"])

@@ -8,6 +8,7 @@ model cache's provenance columns (`key`: a hash that includes the code; `from_ca
 run trained the model or an earlier one did) are left out. Columns present on one side only are
 listed as layout changes; the shared columns are compared. Exits 1 and lists the first difference
 per column when a value differs beyond --rtol (default 0: bit-identical)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-CLOCK = re.compile(r"second|time|_s$|per_s|steps/s|throughput|speed|latency|\bms\b|wall|rate_hz|energy|joule|power|watt|duration|elapsed|peak_rss|memory", re.I)
+CLOCK = re.compile(
+    r"second|time|_s$|per_s|steps/s|throughput|speed|latency|\bms\b|wall|rate_hz|energy|joule|power|watt|duration|elapsed|peak_rss|memory",
+    re.I,
+)
 
 
 PROVENANCE = {"key", "from_cache"}
@@ -35,8 +39,11 @@ def compare_tables(a: Path, b: Path, rtol: float, layout: list[str]) -> list[str
         if CLOCK.search(str(col)) or col in PROVENANCE:
             continue
         for i, (x, y) in enumerate(zip(da[col], db[col])):
-            same = x == y or (isinstance(x, float) and isinstance(y, float) and (math.isnan(x) and math.isnan(y)
-                                                                                 or math.isclose(x, y, rel_tol=rtol)))
+            same = x == y or (
+                isinstance(x, float)
+                and isinstance(y, float)
+                and (math.isnan(x) and math.isnan(y) or math.isclose(x, y, rel_tol=rtol))
+            )
             if not same:
                 out.append(f"{a.name}: row {i} column {col!r}: {x!r} vs {y!r}")
                 break

@@ -36,6 +36,7 @@ On a phone or a board:
    `SystemClock.elapsedRealtimeNanos()` and writing the same JSON fields.
 4. Feed the log back: notebooks take it as `device_profile = "path/to/log.json"`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,11 +58,13 @@ def make_interpreter(path: str):
         import warnings
 
         import tensorflow as tf
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return tf.lite.Interpreter(model_path=path)
     except ImportError:  # a tflite_runtime built with Flex
         from tflite_runtime.interpreter import Interpreter
+
         return Interpreter(model_path=path)
 
 
@@ -70,8 +73,16 @@ def peak_rss_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
 
-def run(model: str, data: str, epochs: int = 1, reuse: bool = False, warmup: int = 3, device: str = "",
-        checkpoint: str = "", max_steps: int = 0) -> dict:
+def run(
+    model: str,
+    data: str,
+    epochs: int = 1,
+    reuse: bool = False,
+    warmup: int = 3,
+    device: str = "",
+    checkpoint: str = "",
+    max_steps: int = 0,
+) -> dict:
     start = time.perf_counter()
     interp = make_interpreter(model)
     interp.allocate_tensors()
@@ -113,13 +124,24 @@ def run(model: str, data: str, epochs: int = 1, reuse: bool = False, warmup: int
     after = fresh.get_signature_runner("infer")(tokens=probe)["logits"]
     steady = steps[warmup:] if len(steps) > warmup else steps
     return {
-        "format": FORMAT, "device": device or platform.node(), "machine": platform.machine(),
-        "system": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-        "model": os.path.basename(model), "variant": os.path.splitext(os.path.basename(model))[0] + ("+reuse" if reuse else ""),
-        "batch_size": int(tokens.shape[1]), "mean_length": float(np.mean(used_lengths)), "steps": len(steps),
-        "step_seconds": steps, "steady_step_seconds": float(np.median(steady)), "warmup": warmup,
-        "inference_seconds": inference, "losses": losses, "load_seconds": load_seconds,
-        "peak_rss_mb": peak_rss_mb(), "restore_max_abs_diff": float(np.abs(before - after).max()),
+        "format": FORMAT,
+        "device": device or platform.node(),
+        "machine": platform.machine(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "model": os.path.basename(model),
+        "variant": os.path.splitext(os.path.basename(model))[0] + ("+reuse" if reuse else ""),
+        "batch_size": int(tokens.shape[1]),
+        "mean_length": float(np.mean(used_lengths)),
+        "steps": len(steps),
+        "step_seconds": steps,
+        "steady_step_seconds": float(np.median(steady)),
+        "warmup": warmup,
+        "inference_seconds": inference,
+        "losses": losses,
+        "load_seconds": load_seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "restore_max_abs_diff": float(np.abs(before - after).max()),
     }
 
 
@@ -138,8 +160,10 @@ def main(argv=None) -> int:
     log = run(args.model, args.data, args.epochs, args.reuse, args.warmup, args.device, args.checkpoint, args.max_steps)
     with open(args.out, "w") as f:
         json.dump(log, f, indent=1)
-    print(f"{log['steps']} steps, steady {log['steady_step_seconds'] * 1e3:.1f} ms/step, "
-          f"peak RSS {log['peak_rss_mb']:.0f} MB, restore max |diff| {log['restore_max_abs_diff']:.1e} -> {args.out}")
+    print(
+        f"{log['steps']} steps, steady {log['steady_step_seconds'] * 1e3:.1f} ms/step, "
+        f"peak RSS {log['peak_rss_mb']:.0f} MB, restore max |diff| {log['restore_max_abs_diff']:.1e} -> {args.out}"
+    )
     return 0
 
 

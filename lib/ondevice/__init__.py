@@ -3,6 +3,7 @@
 tensorflow-model-optimization 0.8 only works with tf_keras, and importing it switches the
 whole process to legacy Keras; we choose that Keras up front so every module sees one Keras.
 """
+
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

@@ -1,5 +1,6 @@
 """Metric functions on NumPy arrays: DeepType's top-k input efficiency (Sec. 3.2), top-1
 accuracy, and ROC AUC averaged over classes (MoIL's trapezoidal AUC for audio tagging)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,7 @@ def roc_auc(positive: np.ndarray, scores: np.ndarray) -> float:
     # average ranks over ties
     _, start, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
     for s, c in zip(start, counts):
-        ranks[order[s: s + c]] = s + (c + 1) / 2
+        ranks[order[s : s + c]] = s + (c + 1) / 2
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

@@ -4,6 +4,7 @@ An experiment declares a frozen dataclass deriving from `Params`, its `PRESETS` 
 values) and a `check()` for impossible values. Notebooks build it with `from_notebook(globals())`
 so a papermill parameter with an unknown name stops the run instead of being silently ignored.
 """
+
 from __future__ import annotations
 
 import dataclasses

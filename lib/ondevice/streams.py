@@ -5,6 +5,7 @@ Every random decision draws from `rng(seed, purpose)`, a NumPy generator seeded 
 diagnostic are separate streams, so switching a diagnostic off, or adding a user, changes no
 other draw. Purposes are plain strings ("crowd", "batches/global", "personal/hamlet/Ham").
 """
+
 from __future__ import annotations
 
 import zlib

@@ -1,4 +1,5 @@
 """Fetch and verify every data set a scale needs: python -m ondevice.data --scale default"""
+
 import argparse
 import sys
 
@@ -9,8 +10,11 @@ from . import manifests
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", default="default", choices=SCALES)
-    ap.add_argument("--refetch", action="store_true",
-                    help="discard cached copies and fetch them again, e.g. after a checksum error in the cache")
+    ap.add_argument(
+        "--refetch",
+        action="store_true",
+        help="discard cached copies and fetch them again, e.g. after a checksum error in the cache",
+    )
     args = ap.parse_args(argv)
     try:
         needed = [m for m in manifests.all_manifests() if args.scale in m.scales]

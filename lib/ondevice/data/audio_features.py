@@ -5,16 +5,17 @@
 A waveform is zero-padded at the end to at least one patch and to a whole number of patch hops,
 so a 5 s ESC-50 clip gives 10 patches and a 10 s AudioSet clip 20.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
 SAMPLE_RATE = 16000
-WINDOW, HOP, FFT = 400, 160, 512          # 25 ms, 10 ms, next power of two
+WINDOW, HOP, FFT = 400, 160, 512  # 25 ms, 10 ms, next power of two
 MEL_BINS, MEL_LOW_HZ, MEL_HIGH_HZ = 64, 125.0, 7500.0
 LOG_OFFSET = 0.001
-PATCH_FRAMES, PATCH_HOP_FRAMES = 96, 48   # 0.96 s patches every 0.48 s
+PATCH_FRAMES, PATCH_HOP_FRAMES = 96, 48  # 0.96 s patches every 0.48 s
 PATCH_SAMPLES = (PATCH_FRAMES - 1) * HOP + WINDOW  # 15600: one patch, as yamnet.tflite takes it
 PATCH_HOP_SAMPLES = PATCH_HOP_FRAMES * HOP
 

@@ -1,5 +1,6 @@
 """The King James Bible as per-user text (user = book, one message per verse), DeepType's far
 public corpus: a global model trained on it has never seen the users' kind of text."""
+
 from __future__ import annotations
 
 import json

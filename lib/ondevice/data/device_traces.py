@@ -21,6 +21,7 @@ condition is "charging and screen off"; federated learning also needs an unmeter
 
 Malformed input is a `TraceError` naming the file, the device and the line (or entry).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -34,8 +35,11 @@ from pathlib import Path
 import numpy as np
 
 AUTONOMOUS, FEDERATED, CHARGING = "autonomous", "federated", "charging"
-CONDITIONS = {AUTONOMOUS: "charging and screen off (idle)", FEDERATED: "charging, screen off (idle) and on Wi-Fi",
-              CHARGING: "charging (plugged in)"}
+CONDITIONS = {
+    AUTONOMOUS: "charging and screen off (idle)",
+    FEDERATED: "charging, screen off (idle) and on Wi-Fi",
+    CHARGING: "charging (plugged in)",
+}
 IDLE_RULES = ("screen_off", "locked")  # the paper: screen off; FLASH's simulator: screen locked
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 CELLULAR = ("2g", "3g", "4g", "5g", "unknown")
@@ -153,23 +157,32 @@ def flash_device(uid: str, entry, idle: str = "screen_off", where: str = "") -> 
         flags[AUTONOMOUS].append(charging and idle_now)
         flags[FEDERATED].append(charging and idle_now and status["wifi"])
     start, end = events[0][0], events[-1][0]
-    return DeviceWindows(str(uid), str(entry.get("model", "")), start, end,
-                         {c: _intervals(times, f, end) for c, f in flags.items()})
+    return DeviceWindows(
+        str(uid), str(entry.get("model", "")), start, end, {c: _intervals(times, f, end) for c, f in flags.items()}
+    )
 
 
 _EFFECTS = {
-    "battery_charged_on": {"charging": True}, "battery_charged_off": {"charging": False},
-    "screen_on": {"screen_on": True}, "screen_off": {"screen_on": False},
-    "screen_lock": {"locked": True}, "screen_unlock": {"locked": False},
-    "wifi": {"wifi": True}, **{c: {"wifi": False} for c in CELLULAR},
-    "phone_on": {"powered": True}, "phone_off": {"powered": False},
-    "battery_low": {}, "battery_okay": {},
+    "battery_charged_on": {"charging": True},
+    "battery_charged_off": {"charging": False},
+    "screen_on": {"screen_on": True},
+    "screen_off": {"screen_on": False},
+    "screen_lock": {"locked": True},
+    "screen_unlock": {"locked": False},
+    "wifi": {"wifi": True},
+    **{c: {"wifi": False} for c in CELLULAR},
+    "phone_on": {"powered": True},
+    "phone_off": {"powered": False},
+    "battery_low": {},
+    "battery_okay": {},
 }
 
 
 def flash_devices(doc, idle: str = "screen_off", where: str = "") -> list[DeviceWindows]:
     if not isinstance(doc, dict):
-        raise TraceError(f"{where}: expected a JSON object {{uid: {{guid, model, messages}}}}, got {type(doc).__name__}")
+        raise TraceError(
+            f"{where}: expected a JSON object {{uid: {{guid, model, messages}}}}, got {type(doc).__name__}"
+        )
     return [flash_device(uid, entry, idle, where) for uid, entry in doc.items()]
 
 
@@ -199,8 +212,10 @@ def fedscale_device(client, entry, where: str = "") -> DeviceWindows:
     at = f"{where}: client {client}"
     keys = ("active", "inactive", "finish_time", "duration", "model")
     if not isinstance(entry, dict) or any(k not in entry for k in keys):
-        raise TraceError(f"{at}: expected a dict with keys {keys}, got "
-                         f"{sorted(entry) if isinstance(entry, dict) else type(entry).__name__}")
+        raise TraceError(
+            f"{at}: expected a dict with keys {keys}, got "
+            f"{sorted(entry) if isinstance(entry, dict) else type(entry).__name__}"
+        )
     active, inactive = entry["active"], entry["inactive"]
     if not isinstance(active, (list, tuple)) or not isinstance(inactive, (list, tuple)) or len(active) != len(inactive):
         raise TraceError(f"{at}: 'active' and 'inactive' must be lists of equal length")
@@ -213,7 +228,9 @@ def fedscale_device(client, entry, where: str = "") -> DeviceWindows:
         raise TraceError(f"{at}: finish_time must be positive, got {entry['finish_time']!r}")
     for i, (a, b) in enumerate(rows):
         if not 0 <= a <= b <= period:
-            raise TraceError(f"{at}: entry {i}: need 0 <= active <= inactive <= finish_time, got {a:g}, {b:g}, {period:g}")
+            raise TraceError(
+                f"{at}: entry {i}: need 0 <= active <= inactive <= finish_time, got {a:g}, {b:g}, {period:g}"
+            )
         if i and a < rows[i - 1, 1]:
             raise TraceError(f"{at}: entry {i}: starts at {a:g}, before the previous period ends ({rows[i - 1, 1]:g})")
     return DeviceWindows(str(client), str(entry["model"]), 0.0, period, {CHARGING: rows[rows[:, 1] > rows[:, 0]]})
@@ -291,7 +308,12 @@ def _events(model: SyntheticModel, days: int, rng: np.random.Generator) -> list[
             charges.append((s, s + rng.exponential(model.day_charge_hours) * h))
         for s, e in charges:
             level = int(rng.integers(5, 80))
-            ev += [(s, "battery_charged_on"), (s, f"{level}%"), (e, "battery_charged_off"), (e, f"{min(100, level + 40)}%")]
+            ev += [
+                (s, "battery_charged_on"),
+                (s, f"{level}%"),
+                (e, "battery_charged_off"),
+                (e, f"{min(100, level + 40)}%"),
+            ]
         sessions, t = [], wake
         while True:  # the next session starts a gap after the last one ended
             t += rng.exponential(1.0 / (model.awake_sessions_per_hour * screen_factor)) * h
@@ -302,13 +324,22 @@ def _events(model: SyntheticModel, days: int, rng: np.random.Generator) -> list[
         for _ in range(rng.poisson(model.night_sessions)):
             sessions.append((rng.uniform(bed, base + DAY + model.wake * h), rng.exponential(3.0) * 60.0))
         for s, length in sessions:
-            ev += [(s, "screen_on"), (s + 1.0, "screen_unlock"), (s + 1.0 + length, "screen_off"),
-                   (s + 6.0 + length, "screen_lock")]
+            ev += [
+                (s, "screen_on"),
+                (s + 1.0, "screen_unlock"),
+                (s + 1.0 + length, "screen_off"),
+                (s + 6.0 + length, "screen_lock"),
+            ]
     return sorted((max(t, 0.0), s) for t, s in ev)
 
 
-def synthetic_flash(devices: int, days: int, rng: np.random.Generator, model: SyntheticModel = SyntheticModel(),
-                    start: str = "2021-03-01") -> dict:
+def synthetic_flash(
+    devices: int,
+    days: int,
+    rng: np.random.Generator,
+    model: SyntheticModel = SyntheticModel(),
+    start: str = "2021-03-01",
+) -> dict:
     """A synthetic trace in FLASH's `state_traces.json` format (a dict ready for json.dump)."""
     origin = _parse_time(f"{start} 00:00:00")
     weights = np.asarray(model.model_weights, float)

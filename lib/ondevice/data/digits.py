@@ -2,6 +2,7 @@
 grey levels, 10 classes): the local data set of MoIL's image experiment at smoke and default
 scale. It ships inside scikit-learn (`load_digits`), so nothing is downloaded; run.json records
 the bundled file's checksum and scikit-learn's version instead of a manifest."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,6 +24,10 @@ def load() -> tuple[np.ndarray, np.ndarray]:
 def summary(stand_in_for: str | None) -> dict:
     """What run.json records about this data set (the shape of `Manifest.summary`)."""
     blob = resources.files("sklearn").joinpath(BUNDLED).read_bytes()
-    return {"name": "sklearn_digits", "license": "BSD-3-Clause (scikit-learn); UCI optdigits, CC BY 4.0",
-            "stand_in_for": stand_in_for, "source": f"scikit-learn {sklearn.__version__}, bundled (load_digits)",
-            "artifacts": [{"file": f"sklearn/{BUNDLED}", "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}]}
+    return {
+        "name": "sklearn_digits",
+        "license": "BSD-3-Clause (scikit-learn); UCI optdigits, CC BY 4.0",
+        "stand_in_for": stand_in_for,
+        "source": f"scikit-learn {sklearn.__version__}, bundled (load_digits)",
+        "artifacts": [{"file": f"sklearn/{BUNDLED}", "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}],
+    }

@@ -12,6 +12,7 @@ reviewed by hand against `yamnet_class_map.csv`: the class itself where AudioSet
 sound where that is how AudioSet names it (dog -> Bark), and its parents in the ontology (Animal,
 Vehicle, Liquid) that are among YAMNet's 521 outputs.
 """
+
 from __future__ import annotations
 
 import csv
@@ -42,8 +43,8 @@ class Clips:
     first asked, so a run decodes only the classes it uses."""
 
     meta: pd.DataFrame
-    source: str          # where they were read from
-    digest: str          # sha256 over the audio files' checksums, for run.json
+    source: str  # where they were read from
+    digest: str  # sha256 over the audio files' checksums, for run.json
     paths: list[Path] = field(default_factory=list)
     waves: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -66,8 +67,10 @@ def read_meta(path: Path) -> pd.DataFrame:
         raise Esc50Error(f"{path}: missing column(s) {missing}; ESC-50's esc50.csv has {list(META_COLUMNS)} and more")
     bad = meta[~meta.target.between(0, 49) | ~meta.fold.between(1, 5)]
     if len(bad):
-        raise Esc50Error(f"{path}: row {int(bad.index[0]) + 2} has target {bad.target.iloc[0]} / fold "
-                         f"{bad.fold.iloc[0]} (targets are 0-49, folds 1-5)")
+        raise Esc50Error(
+            f"{path}: row {int(bad.index[0]) + 2} has target {bad.target.iloc[0]} / fold "
+            f"{bad.fold.iloc[0]} (targets are 0-49, folds 1-5)"
+        )
     return meta
 
 
@@ -129,8 +132,10 @@ def load(meta_path: Path, audio_dir: Path, source: str, expected_digest: str | N
         paths.append(path)
     got = digest.hexdigest()
     if expected_digest and got != expected_digest:
-        raise Esc50Error(f"ESC-50 audio in {audio_dir} differs from the subset declared in esc50.yaml "
-                         f"(digest {got}, expected {expected_digest}): a file is changed or corrupt")
+        raise Esc50Error(
+            f"ESC-50 audio in {audio_dir} differs from the subset declared in esc50.yaml "
+            f"(digest {got}, expected {expected_digest}): a file is changed or corrupt"
+        )
     return Clips(meta.reset_index(drop=True), source, got, paths)
 
 
@@ -138,8 +143,10 @@ def load_root(root: str | Path) -> Clips:
     """The official layout under `root` (all it lists; the full release has 2,000 clips)."""
     root = Path(root)
     if not (root / "meta" / "esc50.csv").is_file() or not (root / "audio").is_dir():
-        raise Esc50Error(f"no ESC-50 at {root}: expected {LAYOUT}; download "
-                         "https://github.com/karolpiczak/ESC-50/archive/master.zip and unpack it")
+        raise Esc50Error(
+            f"no ESC-50 at {root}: expected {LAYOUT}; download "
+            "https://github.com/karolpiczak/ESC-50/archive/master.zip and unpack it"
+        )
     return load(root / "meta" / "esc50.csv", root / "audio", str(root))
 
 
@@ -151,10 +158,16 @@ def load_declared() -> Clips:
     mirror = manifests.mirror_dir()
     release = manifests_release(manifest)
     if mirror is None or not (mirror / release["mirror"] / "audio").is_dir():
-        raise Esc50Error(f"ESC-50 audio not found: set ONDEVICE_DATA_MIRROR to a mirror holding "
-                         f"{release['mirror']}/audio, or pass the official archive's directory ({LAYOUT})")
-    return load(meta_path, mirror / release["mirror"] / "audio", f"mirror:{release['mirror']}",
-                expected_digest=release["subset"]["sha256"])
+        raise Esc50Error(
+            f"ESC-50 audio not found: set ONDEVICE_DATA_MIRROR to a mirror holding "
+            f"{release['mirror']}/audio, or pass the official archive's directory ({LAYOUT})"
+        )
+    return load(
+        meta_path,
+        mirror / release["mirror"] / "audio",
+        f"mirror:{release['mirror']}",
+        expected_digest=release["subset"]["sha256"],
+    )
 
 
 def manifests_release(manifest: manifests.Manifest) -> dict:

@@ -1,6 +1,7 @@
 """Fashion-MNIST (data_manifests/fashion_mnist.yaml): the global data set of MoIL's image
 experiment at smoke and default scale. The four idx files come from the Debian package
 `dataset-fashion-mnist` or the official release and are verified by sha256."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,8 @@ def read_idx(path) -> np.ndarray:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise ValueError(f"{path} is not an idx file of unsigned bytes")
     rank = int(raw[3])
-    dims = tuple(int(d) for d in np.frombuffer(raw[4: 4 + 4 * rank].tobytes(), dtype=">u4"))
-    data = raw[4 + 4 * rank:]
+    dims = tuple(int(d) for d in np.frombuffer(raw[4 : 4 + 4 * rank].tobytes(), dtype=">u4"))
+    data = raw[4 + 4 * rank :]
     if data.size != int(np.prod(dims)):
         raise ValueError(f"{path}: header says {dims} ({int(np.prod(dims))} bytes) but holds {data.size}")
     return data.reshape(dims)

@@ -5,6 +5,7 @@ floats in [0, 1]]], "y": [class]}}}: a row-major 28x28 grey image (1.0 = white b
 ink) and a class in 0-61 (digits, A-Z, a-z). Anything else stops the load with `DataError` naming
 the file and the writer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,13 +27,19 @@ def read_file(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             x = np.asarray(entry["x"], dtype=np.float32)
             y = np.asarray(entry["y"])
         except (TypeError, ValueError) as exc:
-            raise manifests.DataError(f"{path}: writer {writer!r}: 'x' is not a list of {SIDE * SIDE} numbers per image ({exc})") from None
+            raise manifests.DataError(
+                f"{path}: writer {writer!r}: 'x' is not a list of {SIDE * SIDE} numbers per image ({exc})"
+            ) from None
         if x.ndim != 2 or x.shape[1] != SIDE * SIDE or len(x) == 0:
-            raise manifests.DataError(f"{path}: writer {writer!r}: 'x' must hold rows of {SIDE * SIDE} pixels, got shape {x.shape}")
+            raise manifests.DataError(
+                f"{path}: writer {writer!r}: 'x' must hold rows of {SIDE * SIDE} pixels, got shape {x.shape}"
+            )
         if not np.all((x >= 0) & (x <= 1)):
             raise manifests.DataError(f"{path}: writer {writer!r}: pixels must lie in [0, 1]")
         if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= CLASSES:
-            raise manifests.DataError(f"{path}: writer {writer!r}: 'y' must hold one class in 0..{CLASSES - 1} per image")
+            raise manifests.DataError(
+                f"{path}: writer {writer!r}: 'y' must hold one class in 0..{CLASSES - 1} per image"
+            )
         out[str(writer)] = (x.reshape(-1, SIDE, SIDE, 1), y.astype(np.int32))
     if not out:
         raise manifests.DataError(f"{path}: no writers")
@@ -43,8 +50,10 @@ def _pairs(files: list[Path]) -> list[tuple[Path, Path]]:
     train = {f.name.replace("_train_", "_*_"): f for f in files if "_train_" in f.name}
     test = {f.name.replace("_test_", "_*_"): f for f in files if "_test_" in f.name}
     if not train or set(train) != set(test):
-        raise manifests.DataError(f"FEMNIST files must come in *_train_*/*_test_* pairs; unmatched: "
-                                  f"{sorted(set(train) ^ set(test)) or 'no train files'}")
+        raise manifests.DataError(
+            f"FEMNIST files must come in *_train_*/*_test_* pairs; unmatched: "
+            f"{sorted(set(train) ^ set(test)) or 'no train files'}"
+        )
     return [(train[k], test[k]) for k in sorted(train, key=lambda k: (len(k), k))]
 
 
@@ -62,8 +71,9 @@ def load(directory: str | Path = "", pairs: int = 0) -> tuple[dict, dict, list[P
     for train_file, test_file in chosen:
         a, b = read_file(train_file), read_file(test_file)
         if set(a) != set(b):
-            raise manifests.DataError(f"{train_file.name} and {test_file.name} hold different writers: "
-                                      f"{sorted(set(a) ^ set(b))[:5]}")
+            raise manifests.DataError(
+                f"{train_file.name} and {test_file.name} hold different writers: {sorted(set(a) ^ set(b))[:5]}"
+            )
         train.update(a)
         test.update(b)
     return train, test, [f for pair in chosen for f in pair]

@@ -10,6 +10,7 @@ The release is found in the mirror (`ONDEVICE_DATA_MIRROR/geolife/Data`, the 45-
 in the data cache, where `fetch_release` downloads and extracts the official zip (paper scale).
 Each user the manifest declares is verified file by file (`verify_user`).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -105,11 +106,18 @@ def read_plt(path: Path) -> pd.DataFrame:
     with open(path, errors="replace") as f:
         header = [f.readline() for _ in range(PLT_HEADER_LINES)]
     if not header[0].startswith("Geolife trajectory") or not header[-1]:
-        raise GeoLifeError(f"{path}:1: not a GeoLife .plt file (expected the 6-line header starting "
-                           f"'Geolife trajectory')")
+        raise GeoLifeError(
+            f"{path}:1: not a GeoLife .plt file (expected the 6-line header starting 'Geolife trajectory')"
+        )
     try:
-        raw = pd.read_csv(path, skiprows=PLT_HEADER_LINES, header=None, usecols=[0, 1, 4], names=PLT_COLUMNS,
-                          dtype={"lat": float, "lng": float, "days": float})
+        raw = pd.read_csv(
+            path,
+            skiprows=PLT_HEADER_LINES,
+            header=None,
+            usecols=[0, 1, 4],
+            names=PLT_COLUMNS,
+            dtype={"lat": float, "lng": float, "days": float},
+        )
         ok = not raw.isna().any(axis=None) and raw.lat.abs().le(90).all() and raw.lng.abs().le(180).all()
     except pd.errors.EmptyDataError:
         return _empty()
@@ -119,8 +127,9 @@ def read_plt(path: Path) -> pd.DataFrame:
         _bad_line(path, _text(path).splitlines()[PLT_HEADER_LINES:], PLT_HEADER_LINES + 1, _check_plt_row)
         raise GeoLifeError(f"{path}: rows after the header could not be read")
     seconds = np.round(raw.days.to_numpy() * 86400).astype(np.int64)
-    return pd.DataFrame({"lat": raw.lat.to_numpy(), "lng": raw.lng.to_numpy(),
-                         "time": EXCEL_EPOCH + seconds.astype("timedelta64[s]")})
+    return pd.DataFrame(
+        {"lat": raw.lat.to_numpy(), "lng": raw.lng.to_numpy(), "time": EXCEL_EPOCH + seconds.astype("timedelta64[s]")}
+    )
 
 
 def _check_sample_row(line: str) -> str:
@@ -142,7 +151,9 @@ def read_sample(path: Path) -> dict[str, pd.DataFrame]:
     path = Path(path)
     lines = _text(path).splitlines()
     if not lines or [c.strip() for c in lines[0].split(",")] != SAMPLE_COLUMNS:
-        raise GeoLifeError(f"{path}:1: expected the header {','.join(SAMPLE_COLUMNS)}, got {lines[0][:80] if lines else ''!r}")
+        raise GeoLifeError(
+            f"{path}:1: expected the header {','.join(SAMPLE_COLUMNS)}, got {lines[0][:80] if lines else ''!r}"
+        )
     rows = lines[1:]
     if not any(r.strip() for r in rows):
         return {}
@@ -156,8 +167,10 @@ def read_sample(path: Path) -> dict[str, pd.DataFrame]:
         raise GeoLifeError(f"{path}: rows after the header could not be read")
     frame = _sample_frame(path, raw, rows)
     frame["uid"] = raw.uid.str.strip().to_numpy()
-    return {u: g.drop(columns="uid").sort_values("time", kind="stable").reset_index(drop=True)
-            for u, g in frame.groupby("uid", sort=True)}
+    return {
+        u: g.drop(columns="uid").sort_values("time", kind="stable").reset_index(drop=True)
+        for u, g in frame.groupby("uid", sort=True)
+    }
 
 
 def user_files(data_dir: Path, uid: str, first: str | None = None, last: str | None = None) -> list[Path]:
@@ -200,10 +213,17 @@ class Release:
         digest = files_digest(uid, files)
         d = self.declared.get(uid)
         if d and (len(files) != d["files"] or digest != d["sha256"]):
-            raise GeoLifeError(f"{self.manifest.path.name}: user {uid} under {self.data_dir} has {len(files)} files "
-                               f"with digest {digest}, expected {d['files']} files with {d['sha256']}")
-        return {"uid": uid, "files": len(files), "bytes": sum(f.stat().st_size for f in files),
-                "sha256": digest, "verified": bool(d)}
+            raise GeoLifeError(
+                f"{self.manifest.path.name}: user {uid} under {self.data_dir} has {len(files)} files "
+                f"with digest {digest}, expected {d['files']} files with {d['sha256']}"
+            )
+        return {
+            "uid": uid,
+            "files": len(files),
+            "bytes": sum(f.stat().st_size for f in files),
+            "sha256": digest,
+            "verified": bool(d),
+        }
 
     def points(self, uid: str) -> pd.DataFrame:
         """All points of one user (lat, lng, time in GMT), sorted by time."""
@@ -232,9 +252,11 @@ def fetch_release(manifest: manifests.Manifest | None = None, download: bool = F
     root = manifests.cache_dir() / manifest.name / "release"
     if not (root / ".complete").is_file():
         if not download:
-            raise DataError(f"{manifest.path.name}: the GeoLife release is neither in the mirror "
-                            f"({mirror / block['mirror'] if mirror else 'ONDEVICE_DATA_MIRROR unset'}) nor in the cache "
-                            f"({root}); the paper scale downloads it from {block['url']}")
+            raise DataError(
+                f"{manifest.path.name}: the GeoLife release is neither in the mirror "
+                f"({mirror / block['mirror'] if mirror else 'ONDEVICE_DATA_MIRROR unset'}) nor in the cache "
+                f"({root}); the paper scale downloads it from {block['url']}"
+            )
         _download_zip(block["url"], root)
     return Release(manifest, root / block["data_dir"], block["users"])
 

@@ -9,6 +9,7 @@ subset (`take`, e.g. GDM's per-class sample) or a union (`concat`) is a new file
 is decoded. Pixels are in [0, 1], resized (bilinear) to size x size; the model maps them to
 [-1, 1], which is MobileNetV2's preprocessing (x / 127.5 - 1 on 8-bit values).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,10 @@ class ImageFiles:
         """The decoded images at a slice or an index array (an int gives one image)."""
         if isinstance(index, (int, np.integer)):
             return self[np.array([index])][0]
-        return next(self.stream(np.arange(len(self))[index], max(1, len(self.paths[index]))),
-                    np.zeros((0, self.size, self.size, 3), np.float32))
+        return next(
+            self.stream(np.arange(len(self))[index], max(1, len(self.paths[index]))),
+            np.zeros((0, self.size, self.size, 3), np.float32),
+        )
 
     def take(self, index) -> "ImageFiles":
         """A subset, as a file list (nothing decoded)."""
@@ -89,9 +92,12 @@ class ImageFiles:
     def stream(self, order: np.ndarray, batch_size: int):
         """Batches (numpy) of the images in `order`, decoded in parallel and prefetched by tf.data."""
         size = self.size
-        data = (tf.data.Dataset.from_tensor_slices(self.paths[np.asarray(order, np.int64)].astype(str))
-                .map(lambda p: _decode(p, size), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .batch(batch_size).prefetch(tf.data.AUTOTUNE))
+        data = (
+            tf.data.Dataset.from_tensor_slices(self.paths[np.asarray(order, np.int64)].astype(str))
+            .map(lambda p: _decode(p, size), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .batch(batch_size)
+            .prefetch(tf.data.AUTOTUNE)
+        )
         for batch in data.as_numpy_iterator():
             yield batch
 

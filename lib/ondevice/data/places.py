@@ -16,6 +16,7 @@ v_{n+1} at any given time". A sample is `history` consecutive steps and the next
 Samples belong to parts by the day (local time) of that next window: the first `bootstrap_days`
 days with data form part 0 (the cloud's initial data), then every `cycle_days` days one part.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,14 +33,14 @@ METRES_PER_DEGREE = 111_320.0
 
 @dataclass(frozen=True)
 class PlaceRule:
-    cell_m: float = 1000.0          # grid cell side in metres
-    ref_lat: float = 40.0           # latitude at which longitude degrees are scaled (Beijing)
-    utc_offset_hours: int = 8       # GeoLife times are GMT; hours and days are local (Beijing)
-    min_place_bins: int = 3         # windows at a cell for it to be one of the device's places
-    history: int = 6                # steps in a sample
-    bootstrap_days: int = 6         # days with data in part 0 (the cloud's initial data)
-    cycle_days: int = 6             # days with data per update cycle
-    cycles: int = 3                 # update cycles; part cycles+1 is the last test period
+    cell_m: float = 1000.0  # grid cell side in metres
+    ref_lat: float = 40.0  # latitude at which longitude degrees are scaled (Beijing)
+    utc_offset_hours: int = 8  # GeoLife times are GMT; hours and days are local (Beijing)
+    min_place_bins: int = 3  # windows at a cell for it to be one of the device's places
+    history: int = 6  # steps in a sample
+    bootstrap_days: int = 6  # days with data in part 0 (the cloud's initial data)
+    cycle_days: int = 6  # days with data per update cycle
+    cycles: int = 3  # update cycles; part cycles+1 is the last test period
 
     @property
     def days_needed(self) -> int:
@@ -49,7 +50,9 @@ class PlaceRule:
 def grid_cells(lat: np.ndarray, lng: np.ndarray, rule: PlaceRule) -> np.ndarray:
     """A stable int64 id per grid cell: row and column of the cell packed into one number."""
     row = np.floor(np.asarray(lat) * METRES_PER_DEGREE / rule.cell_m).astype(np.int64)
-    col = np.floor(np.asarray(lng) * METRES_PER_DEGREE * np.cos(np.radians(rule.ref_lat)) / rule.cell_m).astype(np.int64)
+    col = np.floor(np.asarray(lng) * METRES_PER_DEGREE * np.cos(np.radians(rule.ref_lat)) / rule.cell_m).astype(
+        np.int64
+    )
     return row * 10_000_000 + col
 
 
@@ -111,8 +114,8 @@ def build_samples(uid: str, win: pd.DataFrame, vocab: dict[int, int], rule: Plac
     steps[:-1, 3] = stamp.dayofweek[1:]
     steps[:-1, 5] = np.minimum(np.diff(w), 143)
     h = rule.history
-    targets = np.arange(h, len(w))                      # sample i predicts step i from steps i-h..i-1
-    X = np.stack([steps[t - h: t] for t in targets]) if len(targets) else np.zeros((0, h, 6), np.int32)
+    targets = np.arange(h, len(w))  # sample i predicts step i from steps i-h..i-1
+    X = np.stack([steps[t - h : t] for t in targets]) if len(targets) else np.zeros((0, h, 6), np.int32)
     rank = np.searchsorted(days, day[targets])
     part = np.where(rank < rule.bootstrap_days, 0, 1 + (rank - rule.bootstrap_days) // rule.cycle_days)
     keep = part <= rule.cycles + 1
@@ -126,7 +129,7 @@ class PlaceData:
     rule: PlaceRule
     devices: dict[str, DeviceSamples]
     vocabulary_size: int
-    excluded: list[str]     # devices with too few days with data
+    excluded: list[str]  # devices with too few days with data
 
     def summary(self) -> pd.DataFrame:
         """Aggregate counts per part (no place, point or coordinate is in it)."""
@@ -134,9 +137,15 @@ class PlaceData:
         for p in range(self.rule.cycles + 2):
             n = [int((d.part == p).sum()) for d in self.devices.values()]
             ys = np.concatenate([d.y[d.part == p] for d in self.devices.values()])
-            rows.append({"part": "bootstrap (cloud)" if p == 0 else f"cycle {p}", "devices": len(n),
-                         "samples": int(sum(n)), "samples per device, median": float(np.median(n)),
-                         "share elsewhere": float(np.mean(ys == ELSEWHERE)) if len(ys) else float("nan")})
+            rows.append(
+                {
+                    "part": "bootstrap (cloud)" if p == 0 else f"cycle {p}",
+                    "devices": len(n),
+                    "samples": int(sum(n)),
+                    "samples per device, median": float(np.median(n)),
+                    "share elsewhere": float(np.mean(ys == ELSEWHERE)) if len(ys) else float("nan"),
+                }
+            )
         return pd.DataFrame(rows)
 
 

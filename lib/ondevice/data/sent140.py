@@ -4,6 +4,7 @@ text corpus. A LEAF JSON file is {"users": [...], "num_samples": [...], "user_da
 (the sentiment label is checked, not kept). Anything else stops the load with `DataError` naming
 the file and the user or key that is wrong.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,11 +26,15 @@ def read_file(path: str | Path) -> dict[str, list[str]]:
     out = {}
     for user, entry in leaf.user_entries(path, "user"):
         if len(entry["x"]) != len(entry["y"]):
-            raise manifests.DataError(f"{path}: user {user!r} has {len(entry['x'])} tweets but {len(entry['y'])} labels")
+            raise manifests.DataError(
+                f"{path}: user {user!r} has {len(entry['x'])} tweets but {len(entry['y'])} labels"
+            )
         texts = []
         for i, row in enumerate(entry["x"]):
             if not isinstance(row, list) or len(row) < 5 or not isinstance(row[4], str):
-                raise manifests.DataError(f"{path}: user {user!r}, tweet {i}: expected [id, date, query, user, text, ...], got {row!r:.80}")
+                raise manifests.DataError(
+                    f"{path}: user {user!r}, tweet {i}: expected [id, date, query, user, text, ...], got {row!r:.80}"
+                )
             texts.append(row[4])
         if any(y not in (0, 1, 0.0, 1.0) for y in entry["y"]):
             raise manifests.DataError(f"{path}: user {user!r} has a label other than 0 or 1")

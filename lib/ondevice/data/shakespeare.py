@@ -5,6 +5,7 @@ styles: upper case ("BOATSWAIN." / "THESEUS") or an abbreviation ("Ham.", "P. Qu
 Everything before the first act heading (title, dramatis personae) is skipped, as are poems and
 sonnets, which have no speakers, and bracketed stage directions.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import manifests
-from .user_text import Message, user_sentences
 from .splits import SplitRule
+from .user_text import Message, user_sentences
 
 _ACT = re.compile(r"^(ACT|Act)\b")
 _HEADING = re.compile(r"^(ACT|Act|SCENE|Scene|EPILOGUE|Epilogue|PROLOGUE|Prologue|INDUCTION|Induction)\b")
@@ -108,10 +109,13 @@ def users(speeches: list[Speech]) -> dict[str, list[list[str]]]:
 # i.e. the 20 heaviest (Hamlet 11.7K words, Iago 8.1K, Henry V 8.0K, ... Coriolanus 4.7K); paper:
 # all 31 roles with at least 4,000 words. DeepType's users had 100K words each; ours have 5-12K.
 SPLITS = {
-    "smoke": SplitRule(test_users=2, test_min_words=2000, validation_users=2,
-                       validation_min_words=1500, validation_max_words=2000),
-    "default": SplitRule(test_users=20, test_min_words=4650, validation_users=6,
-                         validation_min_words=2000, validation_max_words=3000),
-    "paper": SplitRule(test_users=31, test_min_words=4000, validation_users=10,
-                       validation_min_words=2000, validation_max_words=3000),
+    "smoke": SplitRule(
+        test_users=2, test_min_words=2000, validation_users=2, validation_min_words=1500, validation_max_words=2000
+    ),
+    "default": SplitRule(
+        test_users=20, test_min_words=4650, validation_users=6, validation_min_words=2000, validation_max_words=3000
+    ),
+    "paper": SplitRule(
+        test_users=31, test_min_words=4000, validation_users=10, validation_min_words=2000, validation_max_words=3000
+    ),
 }

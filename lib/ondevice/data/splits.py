@@ -6,6 +6,7 @@ A split is made from the users' sizes and a `SplitRule` with its own seed (not t
 so every notebook of a data set at a scale shares it, whatever seeds it repeats over. It is saved
 beside each result (`split.json`) and its digest is recorded in run.json.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,9 +19,9 @@ from .. import streams
 @dataclass(frozen=True)
 class SplitRule:
     test_users: int
-    test_min_words: int            # test users are drawn among users with at least this much text
+    test_min_words: int  # test users are drawn among users with at least this much text
     validation_users: int
-    validation_min_words: int      # validation users: [min, max) words, disjoint from test users
+    validation_min_words: int  # validation users: [min, max) words, disjoint from test users
     validation_max_words: int
     seed: int = 0
 
@@ -34,8 +35,13 @@ class UserSplit:
     test: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"dataset": self.dataset, "rule": asdict(self.rule), "crowd": list(self.crowd),
-                "validation": list(self.validation), "test": list(self.test)}
+        return {
+            "dataset": self.dataset,
+            "rule": asdict(self.rule),
+            "crowd": list(self.crowd),
+            "validation": list(self.validation),
+            "test": list(self.test),
+        }
 
     @property
     def digest(self) -> str:
@@ -55,12 +61,19 @@ def _draw(candidates: list[str], n: int, rng, what: str) -> list[str]:
 def make_split(dataset: str, sizes: dict[str, int], rule: SplitRule) -> UserSplit:
     """Test users drawn among the heavy users, validation users among lighter ones, the rest crowd."""
     users = sorted(sizes)
-    test = _draw([u for u in users if sizes[u] >= rule.test_min_words], rule.test_users,
-                 streams.rng(rule.seed, f"split/{dataset}/test"), f"test users (>= {rule.test_min_words} words)")
+    test = _draw(
+        [u for u in users if sizes[u] >= rule.test_min_words],
+        rule.test_users,
+        streams.rng(rule.seed, f"split/{dataset}/test"),
+        f"test users (>= {rule.test_min_words} words)",
+    )
     taken = set(test)
-    validation = _draw([u for u in users if u not in taken and rule.validation_min_words <= sizes[u] < rule.validation_max_words],
-                       rule.validation_users, streams.rng(rule.seed, f"split/{dataset}/validation"),
-                       f"validation users ({rule.validation_min_words}-{rule.validation_max_words - 1} words)")
+    validation = _draw(
+        [u for u in users if u not in taken and rule.validation_min_words <= sizes[u] < rule.validation_max_words],
+        rule.validation_users,
+        streams.rng(rule.seed, f"split/{dataset}/validation"),
+        f"validation users ({rule.validation_min_words}-{rule.validation_max_words - 1} words)",
+    )
     taken |= set(validation)
     return UserSplit(dataset, rule, tuple(u for u in users if u not in taken), tuple(validation), tuple(test))
 

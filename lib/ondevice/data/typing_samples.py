@@ -7,6 +7,7 @@ word on, every prefix predicts x. The prediction at index n-1+i is the one shown
 characters, which is what top-k-eff reads. Words and characters share one input embedding; the
 output vocabulary is the words only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -114,7 +115,7 @@ def build_samples(sents: list[list[str]], vocab: Vocabulary, context_words: int)
     for sent in sents:
         ids = [vocab.word_id(w) for w in sent]
         for pos, word in enumerate(sent):
-            ctx = ids[max(0, pos - context_words): pos]
+            ctx = ids[max(0, pos - context_words) : pos]
             chars = [vocab.char_id(c) for c in word]
             inputs += ctx + chars
             labels += ctx[1:] + [ids[pos]] * (len(chars) + (1 if ctx else 0))
@@ -123,9 +124,12 @@ def build_samples(sents: list[list[str]], vocab: Vocabulary, context_words: int)
             word_len.append(len(word))
             target.append(ids[pos])
     return Samples(
-        np.asarray(inputs, np.int32), np.asarray(labels, np.int32),
+        np.asarray(inputs, np.int32),
+        np.asarray(labels, np.int32),
         np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]),
-        np.asarray(n_ctx, np.int32), np.asarray(word_len, np.int32), np.asarray(target, np.int32),
+        np.asarray(n_ctx, np.int32),
+        np.asarray(word_len, np.int32),
+        np.asarray(target, np.int32),
     )
 
 
@@ -137,11 +141,17 @@ def batch_indices(samples: Samples, batch_size: int, rng: np.random.Generator | 
     if bucket:
         window = batch_size * 50
         lengths = samples.lengths
-        order = np.concatenate([
-            order[i: i + window][np.argsort(lengths[order[i: i + window]], kind="stable")]
-            for i in range(0, n, window)
-        ]) if n else order
-    batches = [order[i: i + batch_size] for i in range(0, n, batch_size)]
+        order = (
+            np.concatenate(
+                [
+                    order[i : i + window][np.argsort(lengths[order[i : i + window]], kind="stable")]
+                    for i in range(0, n, window)
+                ]
+            )
+            if n
+            else order
+        )
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     if rng is not None and bucket:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches

@@ -16,6 +16,7 @@ A file is JSON Lines, one typed message per line:
 
 Shakespeare's roles and the Bible's books are loaded into the same `Message` type.
 """
+
 from __future__ import annotations
 
 import json

@@ -11,6 +11,7 @@ Lines starting with a space are the license header. Inflected words find their l
 morphy(7WN) does, simplified: the exception list, or one detachment rule (e.g. -ies -> -y), kept
 only when the result is in the index.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,16 @@ from . import manifests
 POS = ("noun", "verb", "adj", "adv")
 # morphy(7WN)'s detachment rules per part of speech: (suffix, replacement).
 DETACH = {
-    "noun": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"),
-             ("men", "man"), ("ies", "y")),
+    "noun": (
+        ("s", ""),
+        ("ses", "s"),
+        ("xes", "x"),
+        ("zes", "z"),
+        ("ches", "ch"),
+        ("shes", "sh"),
+        ("men", "man"),
+        ("ies", "y"),
+    ),
     "verb": (("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"), ("ing", "")),
     "adj": (("er", ""), ("est", ""), ("er", "e"), ("est", "e")),
     "adv": (),
@@ -47,7 +56,9 @@ class WordNet:
     def _file(self, name: str) -> Path:
         path = self.root / name
         if not path.is_file():
-            raise FileNotFoundError(f"WordNet file {path} is missing (expected the wndb layout: index.<pos>, data.<pos>)")
+            raise FileNotFoundError(
+                f"WordNet file {path} is missing (expected the wndb layout: index.<pos>, data.<pos>)"
+            )
         return path
 
     @staticmethod
@@ -59,7 +70,7 @@ class WordNet:
             f = line.split()
             try:
                 n_synsets, n_pointers = int(f[2]), int(f[3])
-                offsets = tuple(int(o) for o in f[6 + n_pointers: 6 + n_pointers + n_synsets])
+                offsets = tuple(int(o) for o in f[6 + n_pointers : 6 + n_pointers + n_synsets])
             except (IndexError, ValueError) as exc:
                 raise ValueError(f"{path}:{number}: not a WordNet index line: {line[:80]!r}") from exc
             if len(offsets) != n_synsets:
@@ -79,11 +90,11 @@ class WordNet:
     def synset_lemmas(self, pos: str, offset: int) -> tuple[str, ...]:
         """The lemmas of the synset at `offset` in data.<pos>, markers removed (`_` joins words)."""
         data = self.data[pos]
-        line = data[offset: data.find(b"\n", offset)].decode("latin-1").split()
+        line = data[offset : data.find(b"\n", offset)].decode("latin-1").split()
         if not line or line[0] != f"{offset:08d}":
             raise ValueError(f"{self.root / f'data.{pos}'}: no synset at byte offset {offset}")
         count = int(line[3], 16)
-        words = line[4: 4 + 2 * count: 2]
+        words = line[4 : 4 + 2 * count : 2]
         for marker in ADJ_MARKERS:
             words = [w[: -len(marker)] if w.endswith(marker) else w for w in words]
         return tuple(words)
@@ -94,10 +105,13 @@ class WordNet:
         if word in self.exceptions[pos]:
             candidates = (word, *self.exceptions[pos][word])
         else:
-            candidates = (word, *(word[: -len(s)] + r for s, r in DETACH[pos] if word.endswith(s) and len(word) > len(s)))
+            candidates = (
+                word,
+                *(word[: -len(s)] + r for s, r in DETACH[pos] if word.endswith(s) and len(word) > len(s)),
+            )
         return list(dict.fromkeys(c for c in candidates if c in index))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.lru_cache(maxsize=None)  # noqa: B019 (one WordNet per process, kept for its lifetime)
     def synonyms(self, word: str) -> tuple[str, ...]:
         """Every lemma sharing a synset with `word` in any part of speech, lower-cased, with `_`
         and `-` as spaces (a synonym may be several words), sorted, the word itself left out."""

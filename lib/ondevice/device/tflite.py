@@ -6,6 +6,7 @@ personal model of every paper is exported and parity-checked by this one module.
 and checkpoints need Select TF ops, so files run with the Flex delegate (linked into
 TensorFlow 2.19's Python interpreter, and into an Android app through tensorflow-lite-select-tf-ops).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,9 @@ _PATH = tf.TensorSpec([], tf.string, name="checkpoint_path")
 class TrainableModel(tf.Module):
     """A Keras model, its task, optimizer and hooks, with the four on-device signatures."""
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
-                 hooks: Sequence[Hook] = ()):
+    def __init__(
+        self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", hooks: Sequence[Hook] = ()
+    ):
         super().__init__()
         self.model, self.task, self.hooks = model, task, list(hooks)
         self.variables_to_train = trainable_variables(model, self.hooks)
@@ -42,16 +44,23 @@ class TrainableModel(tf.Module):
         self.restore = tf.function(self._restore, input_signature=[_PATH])
 
     def _train(self, inputs, labels):
-        return {"loss": train_step(self.model, self.task, self.optimizer, self.variables_to_train, self.hooks,
-                                   inputs, labels)}
+        return {
+            "loss": train_step(
+                self.model, self.task, self.optimizer, self.variables_to_train, self.hooks, inputs, labels
+            )
+        }
 
     def _infer(self, inputs):
         return {"logits": self.model(inputs, training=False)}
 
     def _save(self, checkpoint_path):
         weights = self.model.weights
-        tf.raw_ops.Save(filename=checkpoint_path, tensor_names=[w.name for w in weights],
-                        data=[w.read_value() for w in weights], name="save")
+        tf.raw_ops.Save(
+            filename=checkpoint_path,
+            tensor_names=[w.name for w in weights],
+            data=[w.read_value() for w in weights],
+            name="save",
+        )
         return {"checkpoint_path": checkpoint_path}
 
     def _restore(self, checkpoint_path):
@@ -71,8 +80,9 @@ def convert(module: tf.Module, signatures: Sequence[str] = SIGNATURES) -> bytes:
     level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)  # "Assets written to /tmp/..." on every save
     with tempfile.TemporaryDirectory() as saved:
-        tf.saved_model.save(module, saved, signatures={
-            name: getattr(module, name).get_concrete_function() for name in signatures})
+        tf.saved_model.save(
+            module, saved, signatures={name: getattr(module, name).get_concrete_function() for name in signatures}
+        )
         converter = tf.lite.TFLiteConverter.from_saved_model(saved)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
         converter.experimental_enable_resource_variables = True
@@ -110,8 +120,9 @@ def infer_on_device(interp: tf.lite.Interpreter, task: Task, inputs) -> np.ndarr
     return interp.get_signature_runner("infer")(**_feed(task, inputs))["logits"]
 
 
-def compare_training(model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam",
-                     hooks: Sequence[Hook] = ()) -> dict:
+def compare_training(
+    model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam", hooks: Sequence[Hook] = ()
+) -> dict:
     """Train one copy in TensorFlow and one through the TFLite interpreter from the same weights on
     the same batches. Returns both loss curves, both models' outputs on the first batch after
     training, and the flatbuffer (trainable from the starting weights). `model` is not changed."""
@@ -124,26 +135,45 @@ def compare_training(model: keras.Model, task: Task, learning_rate: float, batch
     interp = interpreter(flatbuffer)
     tflite_losses = train_on_device(interp, task, batches)
     probe = batches[0][0]
-    return {"tensorflow": tf_losses, "tflite": tflite_losses, "flatbuffer": flatbuffer,
-            "outputs_tensorflow": twin(probe, training=False).numpy(),
-            "outputs_tflite": infer_on_device(interp, task, probe)}
+    return {
+        "tensorflow": tf_losses,
+        "tflite": tflite_losses,
+        "flatbuffer": flatbuffer,
+        "outputs_tensorflow": twin(probe, training=False).numpy(),
+        "outputs_tflite": infer_on_device(interp, task, probe),
+    }
 
 
-def parity_table(model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam",
-                 hooks: Sequence[Hook] = (), log=None, label: str = "") -> tuple[pd.DataFrame, bytes]:
+def parity_table(
+    model: keras.Model,
+    task: Task,
+    learning_rate: float,
+    batches,
+    optimizer: str = "adam",
+    hooks: Sequence[Hook] = (),
+    log=None,
+    label: str = "",
+) -> tuple[pd.DataFrame, bytes]:
     """The one on-device parity table: the same steps in TensorFlow and through the exported
     trainable TFLite model (`compare_training`), one row per step with both losses and their
     difference, and the largest output difference after the steps. Returns it and the flatbuffer."""
     check = compare_training(model, task, learning_rate, batches, optimizer, hooks)
-    table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1), "loss_tensorflow": check["tensorflow"],
-                          "loss_tflite": check["tflite"]})
+    table = pd.DataFrame(
+        {
+            "step": range(1, len(check["tflite"]) + 1),
+            "loss_tensorflow": check["tensorflow"],
+            "loss_tflite": check["tflite"],
+        }
+    )
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
     table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
     table, builtin = _builtin_columns(table, model, task, learning_rate, batches, optimizer, hooks)
     if log:
-        log(f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
+        log(
+            f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
             f"max |loss difference| {table.abs_difference.max():.2e}, max |output difference| after them "
-            f"{table.max_output_difference_after.iloc[0]:.2e}; {builtin}")
+            f"{table.max_output_difference_after.iloc[0]:.2e}; {builtin}"
+        )
     return table, check["flatbuffer"]
 
 
@@ -158,8 +188,12 @@ def _builtin_columns(table: pd.DataFrame, model, task, learning_rate, batches, o
         length = max(np.shape(x)[1] for x, _ in batches) if isinstance(task, NextWordTask) else None
         check = builtin_export.compare(model, task, learning_rate, batches, optimizer, mode, length)
     except builtin_export.NotExportable as why:
-        return table.assign(loss_builtin=np.nan, abs_difference_builtin=np.nan,
-                            max_weight_difference_builtin=np.nan, builtin=f"no builtin form: {why}"), f"builtin: {why}"
+        return table.assign(
+            loss_builtin=np.nan,
+            abs_difference_builtin=np.nan,
+            max_weight_difference_builtin=np.nan,
+            builtin=f"no builtin form: {why}",
+        ), f"builtin: {why}"
     w_tf, w_lite = check["weights_tensorflow"], check["weights_litert"]
     table = table.assign(loss_builtin=check["litert"])
     table["abs_difference_builtin"] = (table.loss_builtin - table.loss_tensorflow).abs()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import struct
 
-
 _FLEX = re.compile(rb"Flex[A-Za-z0-9_]+\x00")
 
 

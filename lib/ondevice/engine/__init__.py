@@ -17,6 +17,7 @@ run raises `JobsFailed` after every other job has finished, so nothing is droppe
 a run directory, each finished job's result is stored at once (`resume.py`) and reused when the
 run starts again with the same key, code and arguments.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ class JobsFailed(RuntimeError):
 
     def __init__(self, failures: dict[str, str]):
         self.failures = failures
-        lines = "\n".join(f"  {key}: {error.strip().splitlines()[-1] if error.strip() else error}"
-                          for key, error in failures.items())
+        lines = "\n".join(
+            f"  {key}: {error.strip().splitlines()[-1] if error.strip() else error}" for key, error in failures.items()
+        )
         super().__init__(f"{len(failures)} job(s) failed after {1 + RETRIES} attempts each:\n{lines}")
 
 
@@ -73,6 +75,7 @@ class EngineSpec:
     def from_env(cls, environ=os.environ) -> "EngineSpec":
         """ONDEVICE_ENGINE, ONDEVICE_WORKERS, ONDEVICE_CLUSTER, ONDEVICE_CPUS_PER_JOB; unset
         means the in-process sequential engine."""
+
         def number(name, default):
             value = environ.get(name, "") or str(default)
             if not value.isdigit():
@@ -110,8 +113,9 @@ def jobs_dir(name: str) -> Path | None:
     return Path(root) / name if root else None
 
 
-def run_jobs(jobs: Sequence[Job], shared: Any = None, engine=None, run_dir: str | Path | None = None,
-             log=print) -> list[Any]:
+def run_jobs(
+    jobs: Sequence[Job], shared: Any = None, engine=None, run_dir: str | Path | None = None, log=print
+) -> list[Any]:
     """Run every job and return their results in the order of `jobs`.
 
     `engine`: an open backend (see `open_engine`), else one is opened from the environment for

@@ -9,6 +9,7 @@ never imports TensorFlow; it must not be daemonic to have a child (`distributed.
 False`). Retries are ours (`run_jobs`): the scheduler gives up on a task at once
 (allowed-failures 0) instead of re-running it unseen.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,14 +39,20 @@ class DaskBackend:
         from distributed import Client, LocalCluster
 
         self.spec = spec
-        self._config = dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                                        "distributed.worker.daemon": False})
+        self._config = dask.config.set(
+            {"distributed.scheduler.allowed-failures": 0, "distributed.worker.daemon": False}
+        )
         self._config.__enter__()
         if spec.cluster:
             self.cluster, self.client = None, Client(spec.cluster)
         else:
-            self.cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+            self.cluster = LocalCluster(
+                n_workers=spec.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
             self.client = Client(self.cluster)
 
     def __enter__(self):

@@ -3,6 +3,7 @@ and reused when the same job comes again. A stored result counts only for the sa
 and arguments: its file holds a digest of the key, the source of the job's module and of the
 `ondevice` modules it imports, the pinned environment, the job's arguments and the shared object
 (pickled), so changing any of them recomputes the job instead of reusing a stale result."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +12,10 @@ import pickle
 import re
 from pathlib import Path
 
-from .. import REPO_ROOT
 from ondevice.report.provenance import ENVIRONMENT_FILES, module_files
 from ondevice.report.record import atomic_write
+
+from .. import REPO_ROOT
 from ..training.model_cache import code_digest
 
 
@@ -39,8 +41,13 @@ class Store:
 
     def digest(self, job) -> str:
         h = hashlib.sha256()
-        for part in (job.key, f"{job.fn.__module__}.{job.fn.__qualname__}", self._code_digest(job.fn),
-                     _pickled_digest(job.kwargs), self._shared):
+        for part in (
+            job.key,
+            f"{job.fn.__module__}.{job.fn.__qualname__}",
+            self._code_digest(job.fn),
+            _pickled_digest(job.kwargs),
+            self._shared,
+        ):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
 

@@ -1,4 +1,5 @@
 """The in-process engine: jobs run one after another in this process (the default; tests)."""
+
 from __future__ import annotations
 
 from . import worker

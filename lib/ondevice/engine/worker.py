@@ -1,4 +1,5 @@
 """What runs around every job, in whichever process runs it."""
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ the head alone (AutLearn) changes nothing below it, and training everything (Clo
 adapts the weights with the statistics fixed (Keras's advice for fine-tuning). The head is one
 dense layer named `logits` (AutLearn's "last FC + softmax"; the softmax lives in the task's loss).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,9 @@ HEAD = "logits"
 BACKBONE = "mobilenet_backbone"
 
 
-def build(weights: str | Path | None, alpha: float, size: int, classes: int, *, side: int = 28,
-          seed: int | None = None) -> keras.Model:
+def build(
+    weights: str | Path | None, alpha: float, size: int, classes: int, *, side: int = 28, seed: int | None = None
+) -> keras.Model:
     """(side, side, 1) images in [0, 1] -> `classes` logits. `weights`: a Keras no-top .h5 of
     MobileNet at this `alpha` (e.g. data_manifests/mobilenet_v1_imagenet.yaml), or None for random
     weights. `seed` fixes the head's initial weights."""
@@ -35,8 +37,13 @@ def build(weights: str | Path | None, alpha: float, size: int, classes: int, *, 
     x = keras.layers.Resizing(size, size, interpolation="bilinear", name="resize")(images)
     x = keras.layers.Concatenate(name="grey_to_rgb")([x, x, x])
     x = keras.layers.Rescaling(2.0, offset=-1.0, name="to_unit_range")(x)
-    backbone = keras.applications.MobileNet(input_shape=(size, size, 3), alpha=alpha, include_top=False,
-                                            weights=str(weights) if weights else None, pooling="avg")
+    backbone = keras.applications.MobileNet(
+        input_shape=(size, size, 3),
+        alpha=alpha,
+        include_top=False,
+        weights=str(weights) if weights else None,
+        pooling="avg",
+    )
     backbone._name = BACKBONE
     features = backbone(x, training=False)
     init = keras.initializers.GlorotUniform(seed=seed)

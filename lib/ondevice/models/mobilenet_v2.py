@@ -15,6 +15,7 @@ LF(1) trains the classifier alone and its cached feature map is the pooled 1,280
 is the thesis's footnote 5 (1,280 float32 = 5,120 bytes per image): that fixes where its last
 layer starts. Each bottleneck is one unit because its residual connection cannot be cut.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,9 @@ import numpy as np
 import tf_keras as keras
 
 
-def build(size: int, channels: int, classes: int, alpha: float, bn_momentum: float = 0.999,
-          name: str = "mobilenet_v2") -> keras.Model:
+def build(
+    size: int, channels: int, classes: int, alpha: float, bn_momentum: float = 0.999, name: str = "mobilenet_v2"
+) -> keras.Model:
     """MobileNetV2 of width `alpha` on (size, size, channels) inputs in [0, 1], `classes` logits.
     `bn_momentum`: Keras's MobileNetV2 uses 0.999 (for ImageNet's ~10^6 steps); a short training
     needs a smaller one, or the moving statistics used at inference (and by frozen units) stay
@@ -36,8 +38,9 @@ def build(size: int, channels: int, classes: int, alpha: float, bn_momentum: flo
     inputs = keras.Input((size, size, channels), name="image")
     x = keras.layers.Concatenate(name="to_rgb")([inputs] * 3) if channels == 1 else inputs
     x = keras.layers.Rescaling(2.0, offset=-1.0, name="to_unit_range")(x)
-    net = keras.applications.MobileNetV2(input_tensor=x, alpha=alpha, weights=None, classes=classes,
-                                         classifier_activation=None)
+    net = keras.applications.MobileNetV2(
+        input_tensor=x, alpha=alpha, weights=None, classes=classes, classifier_activation=None
+    )
     for layer in net.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = bn_momentum
@@ -82,9 +85,11 @@ def load_imagenet(model: keras.Model, path, classes: int) -> keras.Model:
     initialisation."""
     import h5py
 
-    expected = ("the Keras MobileNetV2 weights file as keras.applications writes it (HDF5, attribute layer_names, "
-                "one group per layer with weight_names: Conv1, bn_Conv1, expanded_conv_depthwise, ..., Conv_1, "
-                "Conv_1_bn, then the classifier)")
+    expected = (
+        "the Keras MobileNetV2 weights file as keras.applications writes it (HDF5, attribute layer_names, "
+        "one group per layer with weight_names: Conv1, bn_Conv1, expanded_conv_depthwise, ..., Conv_1, "
+        "Conv_1_bn, then the classifier)"
+    )
     ours = [layer for layer in model.layers if layer.weights]
     try:
         with h5py.File(path, "r") as f:
@@ -98,20 +103,25 @@ def load_imagenet(model: keras.Model, path, classes: int) -> keras.Model:
     except (OSError, KeyError) as exc:
         raise ValueError(f"{path}: not readable as {expected} ({exc})") from exc
     if len(saved) != len(ours):
-        raise ValueError(f"{path}: {len(saved)} weighted layers, {model.name} has {len(ours)}; expected {expected} "
-                         f"of the same width")
+        raise ValueError(
+            f"{path}: {len(saved)} weighted layers, {model.name} has {len(ours)}; expected {expected} of the same width"
+        )
     for (name, values), layer in zip(saved, ours):
         shapes = [tuple(w.shape) for w in layer.weights]
         if layer is ours[-1]:  # the classifier: ImageNet's classes first
             (kernel, bias), k_shape = values, shapes[0]
             if kernel.shape[0] != k_shape[0] or kernel.shape[1] != classes or classes > k_shape[1]:
-                raise ValueError(f"{path}: classifier {name!r} is {kernel.shape}; expected {k_shape[0]} x {classes} "
-                                 f"(the global classes, e.g. all 1,000 ImageNet wnid folders) of {model.name}'s {k_shape}")
+                raise ValueError(
+                    f"{path}: classifier {name!r} is {kernel.shape}; expected {k_shape[0]} x {classes} "
+                    f"(the global classes, e.g. all 1,000 ImageNet wnid folders) of {model.name}'s {k_shape}"
+                )
             k, b = (w.numpy() for w in layer.weights)
             k[:, : kernel.shape[1]], b[: bias.shape[0]] = kernel, bias
             values = [k, b]
         elif [tuple(v.shape) for v in values] != shapes:
-            raise ValueError(f"{path}: layer {name!r} holds {[v.shape for v in values]}, {model.name}'s layer "
-                             f"{layer.name!r} needs {shapes}; expected {expected} of the same width")
+            raise ValueError(
+                f"{path}: layer {name!r} holds {[v.shape for v in values]}, {model.name}'s layer "
+                f"{layer.name!r} needs {shapes}; expected {expected} of the same width"
+            )
         layer.set_weights(values)
     return model

@@ -12,6 +12,7 @@ FLOPs count only the switched-on slots.
 `stacked_probabilities` runs many same-shaped device models at once (a leading model axis), with
 the same LSTM equations as Keras, for the cloud's teacher ensemble and model grouping.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,12 +28,12 @@ OFF = -1e9  # logit added to a switched-off slot
 
 @dataclass(frozen=True)
 class MRNNConfig:
-    locations: int          # place ids at the input (embedding rows), incl. 0 = elsewhere
-    outputs: int            # FC width: every place (cloud) or the device's slots
+    locations: int  # place ids at the input (embedding rows), incl. 0 = elsewhere
+    outputs: int  # FC width: every place (cloud) or the device's slots
     embedding_dim: int
     hidden_units: int
     history: int
-    slots: bool = False     # a switchable (customised) FC, for device models
+    slots: bool = False  # a switchable (customised) FC, for device models
 
     def id_counts(self) -> list[int]:
         return [self.locations] + [TIME_IDS[f] for f in FEATURES[1:]]
@@ -42,8 +43,7 @@ class SlotMask(keras.layers.Layer):
     """Switches FC outputs on (1) or off (0): a non-trainable vector, part of the weights."""
 
     def build(self, input_shape):
-        self.active = self.add_weight(name="active", shape=(int(input_shape[-1]),), initializer="ones",
-                                      trainable=False)
+        self.active = self.add_weight(name="active", shape=(int(input_shape[-1]),), initializer="ones", trainable=False)
 
     def call(self, logits):
         return logits + (1.0 - self.active) * OFF
@@ -52,12 +52,22 @@ class SlotMask(keras.layers.Layer):
 def build(config: MRNNConfig, seed: int) -> keras.Model:
     init = lambda k: keras.initializers.GlorotUniform(seed=seed + k)
     steps = keras.Input((config.history, len(FEATURES)), dtype=tf.int32, name="steps")
-    embedded = [keras.layers.Embedding(n, config.embedding_dim, embeddings_initializer=keras.initializers.RandomUniform(
-                    -0.05, 0.05, seed=seed + 10 + i), name=f"embed_{f}")(steps[:, :, i])
-                for i, (f, n) in enumerate(zip(FEATURES, config.id_counts()))]
+    embedded = [
+        keras.layers.Embedding(
+            n,
+            config.embedding_dim,
+            embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed=seed + 10 + i),
+            name=f"embed_{f}",
+        )(steps[:, :, i])
+        for i, (f, n) in enumerate(zip(FEATURES, config.id_counts()))
+    ]
     x = keras.layers.Concatenate(name="features")(embedded)
-    h = keras.layers.LSTM(config.hidden_units, kernel_initializer=init(1),
-                          recurrent_initializer=keras.initializers.Orthogonal(seed=seed + 2), name="lstm")(x)
+    h = keras.layers.LSTM(
+        config.hidden_units,
+        kernel_initializer=init(1),
+        recurrent_initializer=keras.initializers.Orthogonal(seed=seed + 2),
+        name="lstm",
+    )(x)
     logits = keras.layers.Dense(config.outputs, kernel_initializer=init(3), name="fc")(h)
     if config.slots:
         logits = SlotMask(name="slots")(logits)

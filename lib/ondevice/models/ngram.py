@@ -14,6 +14,7 @@ Everything is vectorised over a batch of histories with sparse count matrices, b
 needs the full distribution at every test word (a keyboard ranks all words); a library that scores
 one word per Python call would take minutes for one user here.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -60,20 +61,24 @@ class KneserNey:
         if vocab_size < 3:
             raise ValueError(f"vocab_size must be at least 3, got {vocab_size}")
         bos, n = vocab_size, order
-        flat = np.concatenate([np.r_[[bos] * (n - 1), s] for s in sentences if len(s)]).astype(np.int64) \
-            if any(len(s) for s in sentences) else np.zeros(0, np.int64)
+        flat = (
+            np.concatenate([np.r_[[bos] * (n - 1), s] for s in sentences if len(s)]).astype(np.int64)
+            if any(len(s) for s in sentences)
+            else np.zeros(0, np.int64)
+        )
         if flat.size and (flat.min() < 0 or flat.max() > bos or np.any(flat == PAD_ID)):
             raise ValueError("sentence ids must be in 1..vocab_size-1 (<pad> cannot be a word)")
         ends = np.flatnonzero(flat != bos)  # every real word ends one n-gram; BOS padding keeps it in its sentence
-        windows = np.stack([flat[ends - (n - 1 - j)] for j in range(n)], axis=1) if ends.size \
-            else np.zeros((0, n), np.int64)
+        windows = (
+            np.stack([flat[ends - (n - 1 - j)] for j in range(n)], axis=1) if ends.size else np.zeros((0, n), np.int64)
+        )
         orders, grams = [], windows
         for m in range(n, 0, -1):
-            grams_m = grams[:, n - m:]  # the last m tokens of each window
+            grams_m = grams[:, n - m :]  # the last m tokens of each window
             if m == n:
                 unique, values = np.unique(grams_m, axis=0, return_counts=True)
             else:  # continuation count: distinct words before the m-gram, i.e. distinct (m+1)-grams
-                unique, values = np.unique(np.unique(grams[:, n - m - 1:], axis=0)[:, 1:], axis=0, return_counts=True)
+                unique, values = np.unique(np.unique(grams[:, n - m - 1 :], axis=0)[:, 1:], axis=0, return_counts=True)
             orders.append(cls._table(unique, values, vocab_size))
         return cls(order, vocab_size, orders[::-1])  # orders[m-1] is order m
 
@@ -92,25 +97,34 @@ class KneserNey:
         older columns are ignored."""
         histories = np.asarray(histories, np.int64).reshape(len(histories), -1)
         if histories.shape[1] < self.order - 1:
-            raise ValueError(f"a {self.order}-gram model needs {self.order - 1} previous words per history, "
-                             f"got {histories.shape[1]}")
+            raise ValueError(
+                f"a {self.order}-gram model needs {self.order - 1} previous words per history, got {histories.shape[1]}"
+            )
         low = self.orders[0]
-        unigram = (np.maximum(low.counts.toarray()[0] - low.discount, 0) + low.discount * low.types[0] * self._uniform) \
-            / low.total[0] if low.total.size else self._uniform
+        unigram = (
+            (np.maximum(low.counts.toarray()[0] - low.discount, 0) + low.discount * low.types[0] * self._uniform)
+            / low.total[0]
+            if low.total.size
+            else self._uniform
+        )
         probs = np.broadcast_to(unigram, (len(histories), self.vocab_size)).copy()
         for m in range(2, self.order + 1):
             table = self.orders[m - 1]
-            ctx = _context_keys(histories[:, histories.shape[1] - (m - 1):], self.vocab_size)
+            ctx = _context_keys(histories[:, histories.shape[1] - (m - 1) :], self.vocab_size)
             pos = np.searchsorted(table.keys, ctx)
-            seen = (pos < len(table.keys)) & (table.keys[np.minimum(pos, len(table.keys) - 1)] == ctx) \
-                if len(table.keys) else np.zeros(len(ctx), bool)
+            seen = (
+                (pos < len(table.keys)) & (table.keys[np.minimum(pos, len(table.keys) - 1)] == ctx)
+                if len(table.keys)
+                else np.zeros(len(ctx), bool)
+            )
             if not seen.any():
                 continue
             rows = pos[seen]
             counts = table.counts[rows].toarray()
             d = table.discount
-            probs[seen] = (np.maximum(counts - d, 0) + (d * table.types[rows])[:, None] * probs[seen]) \
-                / table.total[rows][:, None]
+            probs[seen] = (np.maximum(counts - d, 0) + (d * table.types[rows])[:, None] * probs[seen]) / table.total[
+                rows
+            ][:, None]
         return probs
 
 
@@ -159,12 +173,13 @@ def histories(samples: Samples, n_previous: int, bos: int) -> np.ndarray:
         take = min(nc, n_previous)
         if take:
             a = samples.offsets[j] + nc
-            out[j, n_previous - take:] = samples.inputs[a - take: a]
+            out[j, n_previous - take :] = samples.inputs[a - take : a]
     return out
 
 
-def chars_needed(model: KneserNey, samples: Samples, filt: PrefixFilter, k: int, prefix_filter: bool,
-                 batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+def chars_needed(
+    model: KneserNey, samples: Samples, filt: PrefixFilter, k: int, prefix_filter: bool, batch_size: int = 512
+) -> tuple[np.ndarray, np.ndarray]:
     """R(x) of every sample (DeepType's top-k-eff, as `metrics` reads it for the LSTM) and the
     log-probability of each typed word given its previous words.
 
@@ -192,9 +207,14 @@ def chars_needed(model: KneserNey, samples: Samples, filt: PrefixFilter, k: int,
             x, wl, nc = int(target[row]), int(samples.word_len[j]), int(samples.n_context[j])
             hits = np.zeros(max_len + 1, bool)
             if x != UNK_ID:
-                bounds = np.array([filt.range(words[x][:i]) for i in range(wl + 1)]) if prefix_filter \
+                bounds = (
+                    np.array([filt.range(words[x][:i]) for i in range(wl + 1)])
+                    if prefix_filter
                     else np.broadcast_to(full, (wl + 1, 2))
-                rank = cum[row, bounds[:, 1]] - cum[row, bounds[:, 0]] - 1  # shown words at least as probable, x excluded
+                )
+                rank = (
+                    cum[row, bounds[:, 1]] - cum[row, bounds[:, 0]] - 1
+                )  # shown words at least as probable, x excluded
                 hits[: wl + 1] = rank < k
             # hits[i] is the suggestion after i typed characters; metrics reads position n_context-1+i
             needed[j] = typed_chars_needed(hits, 1, wl) if nc else typed_chars_needed(hits[1:], 0, wl)

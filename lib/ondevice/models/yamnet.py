@@ -18,6 +18,7 @@ one of YAMNet's 14 named conv layers (a separable one counts once) or the classi
 convolutions, most kernels stored as int8 with one scale per tensor) into this model; `load_h5`
 reads the published float32 `yamnet.h5` by the official code's layer names.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,40 +30,63 @@ import tf_keras as keras
 PATCH_FRAMES, MEL_BINS, CLASSES = 96, 64, 521
 BN_EPSILON = 1e-4
 # (kind, stride, filters) of YAMNet's layers 1..14
-LAYERS = (("conv", 2, 32), ("sep", 1, 64), ("sep", 2, 128), ("sep", 1, 128), ("sep", 2, 256), ("sep", 1, 256),
-          ("sep", 2, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512), ("sep", 1, 512),
-          ("sep", 2, 1024), ("sep", 1, 1024))
+LAYERS = (
+    ("conv", 2, 32),
+    ("sep", 1, 64),
+    ("sep", 2, 128),
+    ("sep", 1, 128),
+    ("sep", 2, 256),
+    ("sep", 1, 256),
+    ("sep", 2, 512),
+    ("sep", 1, 512),
+    ("sep", 1, 512),
+    ("sep", 1, 512),
+    ("sep", 1, 512),
+    ("sep", 1, 512),
+    ("sep", 2, 1024),
+    ("sep", 1, 1024),
+)
 
 
-def build(classes: int = CLASSES, *, seed: int | None = None, name: str = "yamnet",
-          train_batchnorm: bool = False) -> keras.Model:
+def build(
+    classes: int = CLASSES, *, seed: int | None = None, name: str = "yamnet", train_batchnorm: bool = False
+) -> keras.Model:
     """Patches [batch, 96, 64] -> logits [batch, classes]; weights random (seeded) until imported.
     `train_batchnorm` (pre-training from scratch only): batch norm normalises by batch statistics
     while training and updates its moving ones; the weights then load into the default model."""
+
     def init(i):
         return keras.initializers.GlorotUniform(seed=None if seed is None else seed * 64 + i)
 
     def bn_relu(x, prefix):
         # momentum 0.9 when training them: short pre-training runs (the stand-in's) end with
         # moving statistics that match the batches'; it plays no part when they are frozen
-        x = keras.layers.BatchNormalization(center=True, scale=False, epsilon=BN_EPSILON, momentum=0.9,
-                                            name=f"{prefix}_bn")(
-            x, training=None if train_batchnorm else False)
+        x = keras.layers.BatchNormalization(
+            center=True, scale=False, epsilon=BN_EPSILON, momentum=0.9, name=f"{prefix}_bn"
+        )(x, training=None if train_batchnorm else False)
         return keras.layers.ReLU(name=f"{prefix}_relu")(x)
 
     patches = keras.Input(shape=(PATCH_FRAMES, MEL_BINS), name="patches")
     x = keras.layers.Reshape((PATCH_FRAMES, MEL_BINS, 1), name="layer1_reshape")(patches)
     for i, (kind, stride, filters) in enumerate(LAYERS, 1):
         if kind == "conv":
-            x = keras.layers.Conv2D(filters, 3, stride, padding="same", use_bias=False, kernel_initializer=init(i),
-                                    name=f"layer{i}_conv")(x)
+            x = keras.layers.Conv2D(
+                filters, 3, stride, padding="same", use_bias=False, kernel_initializer=init(i), name=f"layer{i}_conv"
+            )(x)
             x = bn_relu(x, f"layer{i}_conv")
         else:
-            x = keras.layers.DepthwiseConv2D(3, stride, padding="same", use_bias=False,
-                                             depthwise_initializer=init(100 + i), name=f"layer{i}_depthwise")(x)
+            x = keras.layers.DepthwiseConv2D(
+                3,
+                stride,
+                padding="same",
+                use_bias=False,
+                depthwise_initializer=init(100 + i),
+                name=f"layer{i}_depthwise",
+            )(x)
             x = bn_relu(x, f"layer{i}_depthwise")
-            x = keras.layers.Conv2D(filters, 1, padding="same", use_bias=False, kernel_initializer=init(i),
-                                    name=f"layer{i}_pointwise")(x)
+            x = keras.layers.Conv2D(
+                filters, 1, padding="same", use_bias=False, kernel_initializer=init(i), name=f"layer{i}_pointwise"
+            )(x)
             x = bn_relu(x, f"layer{i}_pointwise")
     x = keras.layers.GlobalAveragePooling2D(name="classifier_pool")(x)
     logits = keras.layers.Dense(classes, kernel_initializer=init(0), name="classifier_logits")(x)
@@ -109,8 +133,11 @@ def read_tflite_weights(path: str | Path) -> list[tuple[str, np.ndarray, np.ndar
         if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") or (kind == "FULLY_CONNECTED" and op["inputs"][2] >= 0):
             ops.append([kind, *op["inputs"][1:3]])
     # a dequantised kernel is the output of a DEQUANTIZE op: follow it back to its int8 source
-    dequantize = {op["outputs"][0]: op["inputs"][0] for op in interp._get_ops_details()  # noqa: SLF001
-                  if op["op_name"] == "DEQUANTIZE"}
+    dequantize = {
+        op["outputs"][0]: op["inputs"][0]
+        for op in interp._get_ops_details()  # noqa: SLF001
+        if op["op_name"] == "DEQUANTIZE"
+    }
     # the front end's mel matrix is also a fully connected op with a bias (the log offset); the
     # network's ops are the 27 convolutions and the classifier after it
     network = [o for o in ops if o[0] != "FULLY_CONNECTED"] + [o for o in ops if o[0] == "FULLY_CONNECTED"][-1:]
@@ -146,15 +173,21 @@ def class_names(class_map: str | Path) -> list[str]:
 
     with open(class_map, newline="") as f:
         rows = list(csv.DictReader(f))
-    if not rows or set(rows[0]) != {"index", "mid", "display_name"} or [int(r["index"]) for r in rows] != list(range(len(rows))):
+    if (
+        not rows
+        or set(rows[0]) != {"index", "mid", "display_name"}
+        or [int(r["index"]) for r in rows] != list(range(len(rows)))
+    ):
         raise ValueError(f"{class_map}: expected columns index,mid,display_name with index 0..n-1")
     return [r["display_name"] for r in rows]
 
 
-H5_LAYOUT = ("the published yamnet.h5 (Keras HDF5 weights, attribute layer_names, one group per layer with "
-             "weight_names) of the tensorflow/models YAMNet code: layers layer1/conv, layer1/conv/bn, then per "
-             "layer i = 2..14 layer<i>/depthwise_conv, layer<i>/depthwise_conv/bn, layer<i>/pointwise_conv, "
-             "layer<i>/pointwise_conv/bn, and one unnamed logits Dense layer (1024 x 521 kernel, bias)")
+H5_LAYOUT = (
+    "the published yamnet.h5 (Keras HDF5 weights, attribute layer_names, one group per layer with "
+    "weight_names) of the tensorflow/models YAMNet code: layers layer1/conv, layer1/conv/bn, then per "
+    "layer i = 2..14 layer<i>/depthwise_conv, layer<i>/depthwise_conv/bn, layer<i>/pointwise_conv, "
+    "layer<i>/pointwise_conv/bn, and one unnamed logits Dense layer (1024 x 521 kernel, bias)"
+)
 
 
 def official_name(name: str) -> str:
@@ -191,8 +224,10 @@ def load_h5(model: keras.Model, path: str | Path) -> keras.Model:
     def put(layer, name, values):
         shapes = [tuple(w.shape) for w in layer.weights]
         if [v.shape for v in values] != shapes:
-            raise ValueError(f"{path}: layer {name!r} holds {[v.shape for v in values]}, {layer.name} needs {shapes}; "
-                             f"expected {H5_LAYOUT}")
+            raise ValueError(
+                f"{path}: layer {name!r} holds {[v.shape for v in values]}, {layer.name} needs {shapes}; "
+                f"expected {H5_LAYOUT}"
+            )
         layer.set_weights(values)
 
     dense = model.get_layer("classifier_logits")
@@ -200,12 +235,16 @@ def load_h5(model: keras.Model, path: str | Path) -> keras.Model:
         if layer.weights and layer is not dense:
             name = official_name(layer.name)
             if name not in saved:
-                raise ValueError(f"{path}: no weighted layer {name!r} (found {len(saved)}: {sorted(saved)[:4]} ...); "
-                                 f"expected {H5_LAYOUT}")
+                raise ValueError(
+                    f"{path}: no weighted layer {name!r} (found {len(saved)}: {sorted(saved)[:4]} ...); "
+                    f"expected {H5_LAYOUT}"
+                )
             put(layer, name, saved.pop(name))
     if len(saved) != 1:
-        raise ValueError(f"{path}: after the conv layers, {len(saved)} weighted layers are left ({sorted(saved)}), "
-                         f"expected only the logits layer; expected {H5_LAYOUT}")
+        raise ValueError(
+            f"{path}: after the conv layers, {len(saved)} weighted layers are left ({sorted(saved)}), "
+            f"expected only the logits layer; expected {H5_LAYOUT}"
+        )
     ((name, values),) = saved.items()
     put(dense, name, values)
     return model

@@ -4,6 +4,7 @@ A notebook's results depend on the `ondevice` modules it imports (followed trans
 manifests those modules name, and the pinned environment; `code_files` finds exactly those, so
 work on one paper's modules does not mark another paper's results out of date.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,15 +20,36 @@ from typing import Iterable
 
 from ondevice import REPO_ROOT
 
-PACKAGES = ("tensorflow", "tf-keras", "tensorflow-model-optimization", "numpy", "pandas", "seaborn",
-            "papermill", "ondevice")
+PACKAGES = (
+    "tensorflow",
+    "tf-keras",
+    "tensorflow-model-optimization",
+    "numpy",
+    "pandas",
+    "seaborn",
+    "papermill",
+    "ondevice",
+)
 PACKAGE = "ondevice"
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 # Everything that can make results; the dirty flag falls back to it when the notebook is unknown.
 CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
 # CPU features that decide which kernels oneDNN runs, and so the low bits of every result.
-ONEDNN_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-                    "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+ONEDNN_CPU_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def _imported_modules(tree: ast.AST, package: str | None) -> set[str]:
@@ -42,7 +64,7 @@ def _imported_modules(tree: ast.AST, package: str | None) -> set[str]:
                 parts = package.split(".") if package else []
                 if node.level > len(parts):
                     continue
-                base = ".".join(parts[:len(parts) - node.level + 1])
+                base = ".".join(parts[: len(parts) - node.level + 1])
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
@@ -131,6 +153,7 @@ def fingerprint(notebook: Path, root: Path = REPO_ROOT) -> str:
 
 def git_state(paths: Iterable[str | Path] | None = None) -> dict:
     """The commit, and whether `paths` (default CODE_PATHS) have uncommitted changes."""
+
     def git(*args):
         try:
             out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
@@ -180,7 +203,9 @@ def determinism() -> dict:
     except OSError:
         cpu = {"model": platform.processor() or None, "flags": []}
     return {
-        "cpu": cpu["model"], "cpu_flags": cpu["flags"], "onednn": onednn_enabled(),
+        "cpu": cpu["model"],
+        "cpu_flags": cpu["flags"],
+        "onednn": onednn_enabled(),
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "note": "bit-exact results only on the same machine: oneDNN picks ISA-specific kernels",
     }

@@ -1,4 +1,5 @@
 """Results as data: tidy tables, figures and run.json, written atomically."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,10 @@ class Result:
             atomic_write(out / "tables" / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False))
         for name, fig in self.figures.items():
             for ext in ("png", "svg"):
-                atomic_write(out / "figures" / f"{name}.{ext}",
-                             lambda p, f=fig, e=ext: f.savefig(p, format=e, dpi=150, bbox_inches="tight"))
+                atomic_write(
+                    out / "figures" / f"{name}.{ext}",
+                    lambda p, f=fig, e=ext: f.savefig(p, format=e, dpi=150, bbox_inches="tight"),
+                )
         run = {
             "experiment": self.experiment,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -15,6 +15,7 @@ of the same code and arguments; a completed run removes them. ONDEVICE_RESULTS m
 
     python -m ondevice.report.runner --scale default [--notebook NAME] [--force] [--params JSON] [--verify]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -152,8 +153,11 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
     final = scale_dir / name
     key = {"fingerprint": fingerprint(notebook), "scale": scale, "params": params}
     if not force and is_up_to_date(final, key):
-        print(f"[reproduce] {name} ({scale}): this checkout completed it for this code and these parameters; "
-              f"skipping (FORCE=1 re-runs)", flush=True)
+        print(
+            f"[reproduce] {name} ({scale}): this checkout completed it for this code and these parameters; "
+            f"skipping (FORCE=1 re-runs)",
+            flush=True,
+        )
         return "skipped"
 
     staging = scale_dir / f".staging-{name}-{os.getpid()}"
@@ -177,7 +181,11 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
     start, error = time.perf_counter(), None
     try:
         papermill.execute_notebook(
-            str(notebook), str(executed), kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=True,
+            str(notebook),
+            str(executed),
+            kernel_name=KERNEL,
+            cwd=str(notebook.parent),
+            progress_bar=True,
             stdout_file=sys.stdout,  # the notebook's progress lines (epochs, users) as they happen
             parameters={"scale": scale, "out_dir": str(staging), **params},
         )
@@ -194,9 +202,12 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
     run_path = staging / "run.json"
     run = _read_json(run_path) or {"experiment": name, "scale": scale}
     run["notebook"] = {
-        "name": name, "status": "failed" if error else "complete", "key": key,
+        "name": name,
+        "status": "failed" if error else "complete",
+        "key": key,
         "git": git_state([notebook, *code_files(notebook)]),
-        "wall_time_s": round(time.perf_counter() - start, 2), "executed_by": "papermill",
+        "wall_time_s": round(time.perf_counter() - start, 2),
+        "executed_by": "papermill",
         **({"error": f"{type(error).__name__}: {error}"[:2000]} if error else {}),
     }
     with _signals_deferred():
@@ -219,6 +230,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
 
 # --- published vs this run -------------------------------------------------------------------
 
+
 def compare_headlines(published: dict, this: dict) -> list[dict]:
     """One row per headline number of two run.json dicts. Verdicts: 'agrees' (|difference| within
     the published tolerance, never tighter than its resolution), 'DIFFERS', 'no tolerance'
@@ -227,8 +239,13 @@ def compare_headlines(published: dict, this: dict) -> list[dict]:
     rows = []
     for name in [*pub, *(n for n in ours if n not in pub)]:
         p, t = pub.get(name), ours.get(name)
-        row = {"name": name, "published": p and p["value"], "this": t and t["value"], "difference": None,
-               "tolerance": p and p.get("tolerance")}
+        row = {
+            "name": name,
+            "published": p and p["value"],
+            "this": t and t["value"],
+            "difference": None,
+            "tolerance": p and p.get("tolerance"),
+        }
         if p is None:
             row["verdict"] = "new"
         elif t is None:
@@ -255,12 +272,18 @@ def format_rows(rows: list[dict]) -> str:
         return "-" if x is None else f"{x:.6g}"
 
     header = ("headline", "published", "this run", "|difference|", "tolerance", "")
-    lines = [(r["name"], num(r["published"]), num(r["this"]), num(r["difference"]), num(r["tolerance"]),
-              r["verdict"]) for r in rows]
+    lines = [
+        (r["name"], num(r["published"]), num(r["this"]), num(r["difference"]), num(r["tolerance"]), r["verdict"])
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
-    return "\n".join("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                                      enumerate(zip(line[:-1], widths))) + "  " + line[-1]
-                     for line in [header, *lines])
+    return "\n".join(
+        "  "
+        + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line[:-1], widths)))
+        + "  "
+        + line[-1]
+        for line in [header, *lines]
+    )
 
 
 def published_run(final: Path, replaced: dict | None) -> tuple[dict | None, str]:
@@ -282,16 +305,28 @@ def show_comparison(name: str, scale: str, final: Path, replaced: dict | None) -
     published, source = published_run(final, replaced)
     this = _read_json(final / "run.json") or {}
     if published is None or not published.get("headline"):
-        what = "nothing published for this scale" if published is None else "the published run.json has no headline numbers"
+        what = (
+            "nothing published for this scale"
+            if published is None
+            else "the published run.json has no headline numbers"
+        )
         print(f"[reproduce] {name} ({scale}): published vs this run: {what}", flush=True)
         return None
     rows = compare_headlines(published, this)
-    print(f"[reproduce] {name} ({scale}): published vs this run (published = {source})\n{format_rows(rows)}", flush=True)
+    print(
+        f"[reproduce] {name} ({scale}): published vs this run (published = {source})\n{format_rows(rows)}", flush=True
+    )
     if published.get("params") != this.get("params"):
-        changed = sorted(k for k in {*published.get("params", {}), *this.get("params", {})}
-                         if published.get("params", {}).get(k) != this.get("params", {}).get(k))
-        print(f"[reproduce] {name} ({scale}): note: this run's parameters differ from the published run's "
-              f"({', '.join(changed)}), so differences are expected", flush=True)
+        changed = sorted(
+            k
+            for k in {*published.get("params", {}), *this.get("params", {})}
+            if published.get("params", {}).get(k) != this.get("params", {}).get(k)
+        )
+        print(
+            f"[reproduce] {name} ({scale}): note: this run's parameters differ from the published run's "
+            f"({', '.join(changed)}), so differences are expected",
+            flush=True,
+        )
     return rows
 
 
@@ -303,8 +338,10 @@ def summary(comparisons: dict[str, list[dict] | None], verify: bool) -> str:
     lines = []
     if differ:
         consequence = "verify fails" if verify else "make reproduce still succeeds; make verify would fail"
-        lines.append(f"NUMBERS DIFFER from the published ones (beyond tolerance, or missing) in: "
-                     f"{', '.join(differ)} ({consequence})")
+        lines.append(
+            f"NUMBERS DIFFER from the published ones (beyond tolerance, or missing) in: "
+            f"{', '.join(differ)} ({consequence})"
+        )
     elif any(comparisons.values()):
         lines.append("headline numbers agree with the published ones where a tolerance is published")
     if untolerated:
@@ -320,8 +357,11 @@ def main(argv=None) -> int:
     ap.add_argument("--notebook", default="", help="run only this notebook (name without .ipynb)")
     ap.add_argument("--force", action="store_true", help="re-run even when complete results exist")
     ap.add_argument("--params", default="{}", help="JSON object of extra papermill parameters")
-    ap.add_argument("--verify", action="store_true",
-                    help=f"exit {EXIT_DIFFERS} when a headline number is outside the published tolerance")
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help=f"exit {EXIT_DIFFERS} when a headline number is outside the published tolerance",
+    )
     ap.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help="where the notebooks are")
     args = ap.parse_args(argv)
     try:
@@ -330,8 +370,14 @@ def main(argv=None) -> int:
         ap.error(f"--params is not valid JSON: {exc}")
     if not isinstance(params, dict):
         ap.error("--params must be a JSON object")
-    notebooks = sorted((p for p in args.notebooks_dir.rglob("*.ipynb") if not any(part.startswith((".", "_"))
-                        for part in p.relative_to(args.notebooks_dir).parts)), key=lambda p: p.stem)
+    notebooks = sorted(
+        (
+            p
+            for p in args.notebooks_dir.rglob("*.ipynb")
+            if not any(part.startswith((".", "_")) for part in p.relative_to(args.notebooks_dir).parts)
+        ),
+        key=lambda p: p.stem,
+    )
     if args.notebook:
         notebooks = [n for n in notebooks if n.stem == args.notebook.removesuffix(".ipynb")]
         if not notebooks:
@@ -348,12 +394,17 @@ def main(argv=None) -> int:
             replaced = _read_json(final / "run.json")  # the fallback "published" result, read before it is replaced
             statuses[current] = run_notebook(notebook, args.scale, params, args.force)
             if statuses[current] != "failed":
-                comparisons[current] = show_comparison(current, args.scale, final,
-                                                       replaced if statuses[current] == "complete" else None)
+                comparisons[current] = show_comparison(
+                    current, args.scale, final, replaced if statuses[current] == "complete" else None
+                )
     except KeyboardInterrupt:
         what = signal.Signals(_signal).name if _signal else "KeyboardInterrupt"
-        print(f"\n[reproduce] interrupted by {what} during {current or 'start-up'}: kernel stopped, staging "
-              f"directory removed, nothing half-written kept (earlier results are untouched)", file=sys.stderr, flush=True)
+        print(
+            f"\n[reproduce] interrupted by {what} during {current or 'start-up'}: kernel stopped, staging "
+            f"directory removed, nothing half-written kept (earlier results are untouched)",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_INTERRUPTED
     finally:
         _signal = None

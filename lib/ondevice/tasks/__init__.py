@@ -5,6 +5,7 @@ its loss and its metrics, so one `training.Trainer` and one `device.tflite` expo
 paper: next-word prediction (DeepType, AutLearn), image classification and multi-label audio
 tagging (MoIL, AutLearn), next-location prediction (Colla).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ class Task:
     name = "task"
     signature: Signature
 
-    def batches(self, data: Any, batch_size: int, rng: np.random.Generator | None) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def batches(
+        self, data: Any, batch_size: int, rng: np.random.Generator | None
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """(inputs, labels) mini-batches of one epoch; shuffled when rng is given."""
         raise NotImplementedError
 

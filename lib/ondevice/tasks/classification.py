@@ -1,5 +1,6 @@
 """Classification of fixed-shape inputs: single-label (images: top-1) or multi-label (audio
 tagging: mean ROC AUC over classes, as MoIL scores YAMNet)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,21 +14,30 @@ class ClassificationTask(Task):
     """Data is a pair (inputs, labels) of arrays: labels are class ids, or multi-hot rows when
     `multi_label`. The model outputs logits."""
 
-    def __init__(self, input_shape: tuple[int, ...], classes: int, multi_label: bool = False,
-                 input_dtype=tf.float32, eval_batch_size: int = 256):
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        classes: int,
+        multi_label: bool = False,
+        input_dtype=tf.float32,
+        eval_batch_size: int = 256,
+    ):
         self.classes = classes
         self.multi_label = multi_label
         self.eval_batch_size = eval_batch_size
         self.name = "multi_label" if multi_label else "classification"
-        labels = (tf.TensorSpec([None, classes], tf.float32, name="labels") if multi_label
-                  else tf.TensorSpec([None], tf.int32, name="labels"))
+        labels = (
+            tf.TensorSpec([None, classes], tf.float32, name="labels")
+            if multi_label
+            else tf.TensorSpec([None], tf.int32, name="labels")
+        )
         self.signature = Signature(tf.TensorSpec([None, *input_shape], input_dtype, name="inputs"), labels)
 
     def batches(self, data, batch_size, rng):
         x, y = data
         order = rng.permutation(len(x)) if rng is not None else np.arange(len(x))
         for i in range(0, len(x), batch_size):
-            idx = order[i: i + batch_size]
+            idx = order[i : i + batch_size]
             yield x[idx], y[idx]
 
     def loss(self, labels, outputs):
@@ -39,8 +49,12 @@ class ClassificationTask(Task):
         return len(data[0])
 
     def predict(self, model, x: np.ndarray) -> np.ndarray:
-        return np.concatenate([model(x[i: i + self.eval_batch_size], training=False).numpy()
-                               for i in range(0, len(x), self.eval_batch_size)])
+        return np.concatenate(
+            [
+                model(x[i : i + self.eval_batch_size], training=False).numpy()
+                for i in range(0, len(x), self.eval_batch_size)
+            ]
+        )
 
     def evaluate(self, model, data) -> dict:
         x, y = data

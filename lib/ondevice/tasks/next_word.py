@@ -1,4 +1,5 @@
 """Next-word prediction while typing (DeepType Sec. 2-3): samples, masked loss, top-k-eff."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,8 +39,9 @@ class NextWordTask(Task):
     """Samples are DeepType's (previous words, then typed characters); labels are word ids."""
 
     name = "next_word"
-    signature = Signature(tf.TensorSpec([None, None], tf.int32, name="tokens"),
-                          tf.TensorSpec([None, None], tf.int32, name="labels"))
+    signature = Signature(
+        tf.TensorSpec([None, None], tf.int32, name="tokens"), tf.TensorSpec([None, None], tf.int32, name="labels")
+    )
 
     def __init__(self, k: int = 3, eval_batch_size: int = 256):
         self.k = k
@@ -68,5 +70,8 @@ class NextWordTask(Task):
             count += int((y != PAD_ID).sum())
             for row, j in enumerate(idx):
                 needed[j] = typed_chars_needed(hit[row], int(data.n_context[j]), int(data.word_len[j]))
-        return {"top_k_eff": top_k_eff(data.word_len, needed), "perplexity": float(np.exp(ce_sum / count)),
-                "chars_needed": needed}
+        return {
+            "top_k_eff": top_k_eff(data.word_len, needed),
+            "perplexity": float(np.exp(ce_sum / count)),
+            "chars_needed": needed,
+        }

@@ -7,6 +7,7 @@ Entries live in `ONDEVICE_MODEL_CACHE` (default ~/.cache/ondevice-models), one d
 written to a temporary directory and renamed into place, so an interrupted training leaves no
 entry that looks complete.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,7 @@ def code_digest(files: list[Path], extra: str = "") -> str:
 
 
 def cache_key(name: str, fields: dict, data: list[str], code: str) -> str:
-    blob = json.dumps({"name": name, "fields": fields, "data": sorted(data), "code": code},
-                      sort_keys=True, default=str)
+    blob = json.dumps({"name": name, "fields": fields, "data": sorted(data), "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -64,8 +64,9 @@ def _read(path: Path, key: str) -> Entry:
     return Entry(key, path, weights, info, hit=True)
 
 
-def load_or_train(name: str, fields: dict, data: list[str], code: str,
-                  train: Callable[[], tuple[list[np.ndarray], dict]], log=print) -> Entry:
+def load_or_train(
+    name: str, fields: dict, data: list[str], code: str, train: Callable[[], tuple[list[np.ndarray], dict]], log=print
+) -> Entry:
     """The cached entry for this key, or `train()` -> (weights, info) stored under it.
 
     `info` must be JSON-serialisable (e.g. the training history); it is returned on every hit, so
@@ -82,8 +83,15 @@ def load_or_train(name: str, fields: dict, data: list[str], code: str,
             log(f"[model cache] {name}: entry {path} is unreadable ({exc}); training again")
     start = time.perf_counter()
     weights, info = train()
-    info = {**info, "key": key, "fields": fields, "data": data, "code": code,
-            "trained_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "train_seconds": time.perf_counter() - start}
+    info = {
+        **info,
+        "key": key,
+        "fields": fields,
+        "data": data,
+        "code": code,
+        "trained_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "train_seconds": time.perf_counter() - start,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
@@ -98,8 +106,9 @@ def load_or_train(name: str, fields: dict, data: list[str], code: str,
     return Entry(key, path, weights, info, hit=False)
 
 
-def cached_train(name: str, fields: dict, data: list[str], modules: tuple[str, ...], train, log=print,
-                 sources: tuple = ()) -> Entry:
+def cached_train(
+    name: str, fields: dict, data: list[str], modules: tuple[str, ...], train, log=print, sources: tuple = ()
+) -> Entry:
     """The one way a cached model is keyed: `fields` (what configures the model and its training),
     `data` (checksums of what it reads), the source files of the `ondevice` `modules` that train it
     (transitively, with their imports) and the source of the functions in `sources` (e.g. the

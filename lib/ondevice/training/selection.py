@@ -1,4 +1,5 @@
 """Hyper-parameter choice on validation users, by code anyone can re-run, never on test users."""
+
 from __future__ import annotations
 
 from typing import Callable

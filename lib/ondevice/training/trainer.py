@@ -5,6 +5,7 @@ freezing, fine-tuning the last layer), add a loss term (distillation), transform
 (masks) or supply the batches (a feature-map cache). Hooks compose: a "combined" row is a list
 of hooks. The same `train_step` is what the trainable TFLite export runs on device.
 """
+
 from __future__ import annotations
 
 import time
@@ -94,15 +95,22 @@ class StepTimer:
 
     def steady(self) -> float:
         """Median seconds per step after warm-up (NaN when there were no steps after it)."""
-        steady = self.durations[self.warmup:]
+        steady = self.durations[self.warmup :]
         return float(np.median(steady)) if steady else float("nan")
 
 
 class Trainer:
     """A model, a task, an optimizer, hooks and one compiled step; `reset` reuses them per user."""
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam",
-                 hooks: Sequence[Hook] = (), warmup_steps: int = 5):
+    def __init__(
+        self,
+        model: keras.Model,
+        task: Task,
+        learning_rate: float,
+        optimizer: str = "adam",
+        hooks: Sequence[Hook] = (),
+        warmup_steps: int = 5,
+    ):
         self.model, self.task, self.hooks = model, task, list(hooks)
         self.variables = trainable_variables(model, self.hooks)
         self.optimizer = make_optimizer(optimizer, learning_rate)
@@ -111,7 +119,8 @@ class Trainer:
         sig = task.signature
         self._step = tf.function(
             lambda x, y: train_step(model, task, self.optimizer, self.variables, self.hooks, x, y),
-            input_signature=[sig.inputs, sig.labels])
+            input_signature=[sig.inputs, sig.labels],
+        )
 
     def reset(self, weights: list[np.ndarray]) -> None:
         """Start again from given weights with a fresh optimizer state (incremental training)."""
@@ -132,8 +141,18 @@ class Trainer:
                 return list(source)
         return list(self.task.batches(data, batch_size, rng))
 
-    def fit(self, data, epochs: int, batch_size: int, rng: np.random.Generator, log=None, label: str = "",
-            evaluate=None, stop: "Plateau | None" = None, evaluate_first: bool = False) -> "History":
+    def fit(
+        self,
+        data,
+        epochs: int,
+        batch_size: int,
+        rng: np.random.Generator,
+        log=None,
+        label: str = "",
+        evaluate=None,
+        stop: "Plateau | None" = None,
+        evaluate_first: bool = False,
+    ) -> "History":
         """Train up to `epochs` whole epochs; one row per epoch: mean loss, seconds, steps, steady
         step time, and what `evaluate(model)` returns (a dict of floats) after the epoch.
 
@@ -171,8 +190,12 @@ class Trainer:
             if log and (n % every == 0 or n == len(batches)):
                 rate = n / (time.perf_counter() - start)
                 log(f"{label} step {n}/{len(batches)} loss {np.mean(losses[-every:]):.3f} ({rate:.1f} steps/s)")
-        return {"loss": float(np.mean(losses)) if losses else float("nan"), "seconds": time.perf_counter() - start,
-                "steps": len(batches), "steady_step_seconds": self.timer.steady()}
+        return {
+            "loss": float(np.mean(losses)) if losses else float("nan"),
+            "seconds": time.perf_counter() - start,
+            "steps": len(batches),
+            "steady_step_seconds": self.timer.steady(),
+        }
 
 
 class History(list):

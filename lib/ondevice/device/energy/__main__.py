@@ -1,8 +1,9 @@
 """What this machine offers for energy measurement, and recovery of cpufreq settings.
 
-    python -m ondevice.device.energy            # meters and cpufreq policies
-    python -m ondevice.device.energy --restore  # undo the settings of a killed run
+python -m ondevice.device.energy            # meters and cpufreq policies
+python -m ondevice.device.energy --restore  # undo the settings of a killed run
 """
+
 from __future__ import annotations
 
 import argparse

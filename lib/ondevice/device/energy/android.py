@@ -15,6 +15,7 @@ the exported TFLite training job run on the phone.
 
 Every adb call goes through `runner(argv) -> stdout`, so tests drive all of it with a fake phone.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,8 +113,12 @@ class AdbFiles:
 def phone_cpufreq(adb: Adb, recovery_dir: Path | None = None) -> CpuFreq:
     """cpufreq control of the phone; the recovery file (on the host) is named by the serial."""
     name = f"ondevice-cpufreq-restore-{adb.serial or 'phone'}.json"
-    return CpuFreq(DEFAULT_ROOT, AdbFiles(adb), (recovery_dir / name) if recovery_dir else False,
-                   where=f"phone {adb.serial or ''}".strip())
+    return CpuFreq(
+        DEFAULT_ROOT,
+        AdbFiles(adb),
+        (recovery_dir / name) if recovery_dir else False,
+        where=f"phone {adb.serial or ''}".strip(),
+    )
 
 
 @contextlib.contextmanager
@@ -197,8 +202,15 @@ class AndroidBatteryMeter(Meter):
         self.sample()
         s = sorted(self._samples)
         joules = sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(s, s[1:]))
-        return Reading(self.name, self.label, joules, s[-1][0] - s[0][0], len(s), {"battery": joules},
-                       "whole phone (screen, radios and idle power included)")
+        return Reading(
+            self.name,
+            self.label,
+            joules,
+            s[-1][0] - s[0][0],
+            len(s),
+            {"battery": joules},
+            "whole phone (screen, radios and idle power included)",
+        )
 
     def abort(self) -> None:
         self._end_thread()

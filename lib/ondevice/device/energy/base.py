@@ -2,6 +2,7 @@
 seconds, samples and a label, `measured` (a hardware counter or sensor) or `modelled` (CPU time
 times a device power profile). Tables and figures carry the label, so a modelled number is
 never mistaken for a measured one."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,10 +19,10 @@ class MeterUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Reading:
     meter: str
-    label: str                 # MEASURED or MODELLED
+    label: str  # MEASURED or MODELLED
     joules: float
-    seconds: float             # the window's length (modelled meters: the device's time)
-    samples: int               # counter reads or sensor samples behind the number
+    seconds: float  # the window's length (modelled meters: the device's time)
+    samples: int  # counter reads or sensor samples behind the number
     parts: dict[str, float] = field(default_factory=dict)  # joules per zone, GPU or component
     note: str = ""
 

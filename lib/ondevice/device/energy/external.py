@@ -9,6 +9,7 @@ voltage; units come from the column names as meters write them ("Time(ms)", "Mai
 epoch second of the log's time zero (0 when the log already holds epoch seconds);
 `offset_s` corrects a known clock difference between the meter and this machine.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,8 +22,20 @@ import pandas as pd
 
 from .base import MEASURED, Meter, MeterUnavailable, Reading
 
-_SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "uw": 1e-6, "mw": 1e-3, "w": 1.0, "ua": 1e-6, "ma": 1e-3, "a": 1.0,
-          "uv": 1e-6, "mv": 1e-3, "v": 1.0}
+_SCALE = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "uw": 1e-6,
+    "mw": 1e-3,
+    "w": 1.0,
+    "ua": 1e-6,
+    "ma": 1e-3,
+    "a": 1.0,
+    "uv": 1e-6,
+    "mv": 1e-3,
+    "v": 1.0,
+}
 
 
 def unit_scale(column: str, kind: str) -> float:
@@ -40,7 +53,9 @@ class PowerLog:
     source: str = ""
 
     @classmethod
-    def read_csv(cls, path: str | Path, columns: tuple[str, ...], time_origin: float = 0.0, offset_s: float = 0.0) -> "PowerLog":
+    def read_csv(
+        cls, path: str | Path, columns: tuple[str, ...], time_origin: float = 0.0, offset_s: float = 0.0
+    ) -> "PowerLog":
         """`columns`: (time, power) or (time, current, voltage)."""
         if len(columns) not in (2, 3):
             raise ValueError(f"columns must be (time, power) or (time, current, voltage), got {columns}")
@@ -60,7 +75,9 @@ class PowerLog:
     def energy_between(self, t0: float, t1: float) -> tuple[float, int]:
         """Joules from t0 to t1 (power interpolated at both ends) and the samples inside."""
         if t0 < self.times_s[0] or t1 > self.times_s[-1]:
-            raise ValueError(f"window {t0:.3f}-{t1:.3f} is outside the log ({self.times_s[0]:.3f}-{self.times_s[-1]:.3f})")
+            raise ValueError(
+                f"window {t0:.3f}-{t1:.3f} is outside the log ({self.times_s[0]:.3f}-{self.times_s[-1]:.3f})"
+            )
         inside = (self.times_s > t0) & (self.times_s < t1)
         t = np.concatenate([[t0], self.times_s[inside], [t1]])
         w = np.interp(t, self.times_s, self.watts)
@@ -74,9 +91,21 @@ class ExternalCsvMeter(Meter):
     label = MEASURED
     description = "external power meter log (CSV), matched by timestamp"
 
-    def __init__(self, path: str | Path, columns: tuple[str, ...], time_origin: float = 0.0, offset_s: float = 0.0,
-                 clock=time.time):
-        self.path, self.columns, self.time_origin, self.offset_s, self.clock = Path(path), columns, time_origin, offset_s, clock
+    def __init__(
+        self,
+        path: str | Path,
+        columns: tuple[str, ...],
+        time_origin: float = 0.0,
+        offset_s: float = 0.0,
+        clock=time.time,
+    ):
+        self.path, self.columns, self.time_origin, self.offset_s, self.clock = (
+            Path(path),
+            columns,
+            time_origin,
+            offset_s,
+            clock,
+        )
 
     def status(self) -> tuple[bool, str]:
         if not self.path.is_file():

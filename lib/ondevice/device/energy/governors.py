@@ -16,6 +16,7 @@ Where sysfs is absent or not writable, `status()` says so and the caller falls b
 modelled meter. With intel_pstate or amd-pstate in active mode `powersave` is a dynamic policy,
 not the lowest frequency; `Setting.parse("lowest")` pins max = min frequency instead.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -103,13 +104,29 @@ class Setting:
 
     def resolve(self, policy: Policy) -> PolicyState:
         """The state this setting gives a policy (unset fields keep the policy's own)."""
+
         def khz(v, current):
-            return current if v is None else policy.cpuinfo_min_khz if v == "min" else policy.cpuinfo_max_khz if v == "max" else int(v)
-        state = PolicyState(self.governor or policy.state.governor, khz(self.min_khz, policy.state.min_khz),
-                            khz(self.max_khz, policy.state.max_khz))
+            return (
+                current
+                if v is None
+                else policy.cpuinfo_min_khz
+                if v == "min"
+                else policy.cpuinfo_max_khz
+                if v == "max"
+                else int(v)
+            )
+
+        state = PolicyState(
+            self.governor or policy.state.governor,
+            khz(self.min_khz, policy.state.min_khz),
+            khz(self.max_khz, policy.state.max_khz),
+        )
         if state.min_khz > state.max_khz:
-            state = PolicyState(state.governor, state.min_khz, state.min_khz) if self.max_khz is None else \
-                PolicyState(state.governor, state.max_khz, state.max_khz)
+            state = (
+                PolicyState(state.governor, state.min_khz, state.min_khz)
+                if self.max_khz is None
+                else PolicyState(state.governor, state.max_khz, state.max_khz)
+            )
         return state
 
 
@@ -128,8 +145,13 @@ def _default_recovery_file() -> Path:
 class CpuFreq:
     """cpufreq policies under `root`, read and set through `files`."""
 
-    def __init__(self, root: str = DEFAULT_ROOT, files: Files | None = None, recovery_file: Path | None | bool = True,
-                 where: str = "this machine"):
+    def __init__(
+        self,
+        root: str = DEFAULT_ROOT,
+        files: Files | None = None,
+        recovery_file: Path | None | bool = True,
+        where: str = "this machine",
+    ):
         self.root, self.files, self.where = root.rstrip("/"), files or LocalFiles(), where
         self.recovery_file = _default_recovery_file() if recovery_file is True else (recovery_file or None)
 
@@ -152,13 +174,24 @@ class CpuFreq:
             cpus = self._read(path, "affected_cpus") or self._read(path, "related_cpus")
             last = path.rsplit("/", 1)[-1]
             name = last if last.startswith("policy") else path.split("/")[-2]  # policyN or cpuN
-            state = PolicyState(self._read(path, "scaling_governor"), int(self._read(path, "scaling_min_freq", "0")),
-                                int(self._read(path, "scaling_max_freq", "0")))
-            out.append(Policy(
-                name, path, tuple(int(c) for c in cpus.split()), self._read(path, "scaling_driver"),
-                tuple(self._read(path, "scaling_available_governors").split()),
-                tuple(sorted(int(f) for f in self._read(path, "scaling_available_frequencies").split())),
-                int(self._read(path, "cpuinfo_min_freq", "0")), int(self._read(path, "cpuinfo_max_freq", "0")), state))
+            state = PolicyState(
+                self._read(path, "scaling_governor"),
+                int(self._read(path, "scaling_min_freq", "0")),
+                int(self._read(path, "scaling_max_freq", "0")),
+            )
+            out.append(
+                Policy(
+                    name,
+                    path,
+                    tuple(int(c) for c in cpus.split()),
+                    self._read(path, "scaling_driver"),
+                    tuple(self._read(path, "scaling_available_governors").split()),
+                    tuple(sorted(int(f) for f in self._read(path, "scaling_available_frequencies").split())),
+                    int(self._read(path, "cpuinfo_min_freq", "0")),
+                    int(self._read(path, "cpuinfo_max_freq", "0")),
+                    state,
+                )
+            )
         return out
 
     def status(self) -> tuple[bool, str]:
@@ -168,19 +201,31 @@ class CpuFreq:
         except OSError as exc:
             return False, f"cpufreq sysfs on {self.where} cannot be read ({exc})"
         if not policies:
-            return False, (f"no cpufreq policies on {self.where} ({self.root}/cpufreq/policy* absent: a VM or "
-                           "container without frequency scaling)")
+            return False, (
+                f"no cpufreq policies on {self.where} ({self.root}/cpufreq/policy* absent: a VM or "
+                "container without frequency scaling)"
+            )
         locked = [p.name for p in policies if not self.files.writable(f"{p.path}/scaling_governor")]
         if locked:
-            return False, f"cpufreq on {self.where} is read-only for this user (policies {', '.join(locked)}; needs root)"
+            return (
+                False,
+                f"cpufreq on {self.where} is read-only for this user (policies {', '.join(locked)}; needs root)",
+            )
         return True, f"{len(policies)} policies on {self.where}, writable"
 
     def table(self) -> list[dict]:
         """One row per policy: CPUs, driver, governors, frequencies and the current settings."""
-        return [{"policy": p.name, "cpus": " ".join(map(str, p.cpus)), "driver": p.driver,
-                 "governors": " ".join(p.governors),
-                 "frequencies_khz": " ".join(map(str, p.frequencies_khz)) or f"{p.cpuinfo_min_khz}-{p.cpuinfo_max_khz}",
-                 **asdict(p.state)} for p in self.policies()]
+        return [
+            {
+                "policy": p.name,
+                "cpus": " ".join(map(str, p.cpus)),
+                "driver": p.driver,
+                "governors": " ".join(p.governors),
+                "frequencies_khz": " ".join(map(str, p.frequencies_khz)) or f"{p.cpuinfo_min_khz}-{p.cpuinfo_max_khz}",
+                **asdict(p.state),
+            }
+            for p in self.policies()
+        ]
 
     def performance_governor(self, preferred: tuple[str, ...] = PERFORMANCE_GOVERNORS) -> str | None:
         """The first of `preferred` that every policy offers (the paper's "default governor")."""
@@ -240,8 +285,12 @@ class CpuFreq:
 
     def _save_recovery(self, states: dict[str, PolicyState]) -> None:
         if self.recovery_file:
-            doc = {"root": self.root, "where": self.where, "pid": os.getpid(),
-                   "states": {n: asdict(s) for n, s in states.items()}}
+            doc = {
+                "root": self.root,
+                "where": self.where,
+                "pid": os.getpid(),
+                "states": {n: asdict(s) for n, s in states.items()},
+            }
             self.recovery_file.write_text(json.dumps(doc, indent=1))
 
     def recover(self) -> dict[str, PolicyState] | None:
@@ -265,8 +314,13 @@ class CpuFreq:
         if not policies:
             raise CpuFreqError(self.status()[1])
         before = {p.name: p.state for p in policies}
-        record = {"setting": setting.name or setting.governor, "where": self.where,
-                  "before": {n: asdict(s) for n, s in before.items()}, "set": {}, "restored": False}
+        record = {
+            "setting": setting.name or setting.governor,
+            "where": self.where,
+            "before": {n: asdict(s) for n, s in before.items()},
+            "set": {},
+            "restored": False,
+        }
         self._save_recovery(before)
         with _raise_on_termination():
             try:

@@ -12,6 +12,7 @@
 `discover` asks each one whether it can run and why not, for the notebook's backends table;
 a measurement loop then uses the available ones together (`base.measuring`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,20 @@ from .nvml import NvmlMeter
 from .rapl import POWERCAP, RaplMeter
 from .zeus_meter import ZeusMeter
 
-__all__ = ["MEASURED", "MODELLED", "Meter", "MeterUnavailable", "Reading", "measuring", "GovernorModel", "ModelledMeter",
-           "MEASURED_METERS", "Backend", "make", "discover"]
+__all__ = [
+    "MEASURED",
+    "MODELLED",
+    "Meter",
+    "MeterUnavailable",
+    "Reading",
+    "measuring",
+    "GovernorModel",
+    "ModelledMeter",
+    "MEASURED_METERS",
+    "Backend",
+    "make",
+    "discover",
+]
 
 MEASURED_METERS = ("rapl", "nvml", "zeus", "android-battery", "external-csv")
 
@@ -40,12 +53,24 @@ class Backend:
     meter: Meter | None
 
     def row(self) -> dict:
-        return {"meter": self.name, "label": self.label, "what it measures": self.description,
-                "available": self.available, "detail": self.detail}
+        return {
+            "meter": self.name,
+            "label": self.label,
+            "what it measures": self.description,
+            "available": self.available,
+            "detail": self.detail,
+        }
 
 
-def make(name: str, *, rapl_root: str = POWERCAP, adb: Adb | None = None, external_csv: str = "",
-         external_columns: tuple[str, ...] = ("time_s", "power_W"), external_time_origin: float = 0.0) -> Meter | None:
+def make(
+    name: str,
+    *,
+    rapl_root: str = POWERCAP,
+    adb: Adb | None = None,
+    external_csv: str = "",
+    external_columns: tuple[str, ...] = ("time_s", "power_W"),
+    external_time_origin: float = 0.0,
+) -> Meter | None:
     """A measured meter by name (None when it needs something not given, e.g. a CSV path)."""
     if name == "rapl":
         return RaplMeter(rapl_root)
@@ -66,8 +91,16 @@ def discover(names: tuple[str, ...] = MEASURED_METERS, **options) -> list[Backen
     for name in names:
         meter = make(name, **options)
         if meter is None:
-            out.append(Backend(name, MEASURED, "external power meter log (CSV), matched by timestamp", False,
-                               "no log given (parameter external_csv)", None))
+            out.append(
+                Backend(
+                    name,
+                    MEASURED,
+                    "external power meter log (CSV), matched by timestamp",
+                    False,
+                    "no log given (parameter external_csv)",
+                    None,
+                )
+            )
             continue
         try:
             ok, detail = meter.status()

@@ -17,6 +17,7 @@ so (label `modelled`). The model, and its choices (each a parameter):
 On this machine there is no cpufreq, so the time at another frequency is not measured but
 scaled, and the energy is the profile's, not a measurement of anything.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,9 +34,9 @@ class GovernorModel:
     """Where a governor keeps the CPU for compute-bound work, on the profile's speeds."""
 
     profile: PowerProfile
-    performance_khz: int = 0   # 0: the top speed
-    powersave_khz: int = 0     # 0: the lowest speed
-    reference_khz: int = 0     # the speed the given busy time was taken at; 0: performance speed
+    performance_khz: int = 0  # 0: the top speed
+    powersave_khz: int = 0  # 0: the lowest speed
+    reference_khz: int = 0  # the speed the given busy time was taken at; 0: performance speed
     compute_bound: float = 1.0
     cluster: int = 0
 
@@ -58,8 +59,10 @@ class GovernorModel:
             return speeds[-1]
         if governor.startswith("khz:") and int(governor[4:]) in speeds:
             return int(governor[4:])
-        raise ValueError(f"no model for governor {governor!r}: use one of {PERFORMANCE_NAMES}, powersave, "
-                         f"lowest, highest or khz:N with N among {list(speeds)}")
+        raise ValueError(
+            f"no model for governor {governor!r}: use one of {PERFORMANCE_NAMES}, powersave, "
+            f"lowest, highest or khz:N with N among {list(speeds)}"
+        )
 
     @property
     def ref_khz(self) -> int:
@@ -83,8 +86,17 @@ class ModelledMeter(Meter):
     name = "modelled"
     label = MODELLED
 
-    def __init__(self, model: GovernorModel, governor: str = "default", voltage: float = 3.8, cores: float = 1.0,
-                 include_awake: bool = True, device: str = "", cpu_clock=time.process_time, clock=time.perf_counter):
+    def __init__(
+        self,
+        model: GovernorModel,
+        governor: str = "default",
+        voltage: float = 3.8,
+        cores: float = 1.0,
+        include_awake: bool = True,
+        device: str = "",
+        cpu_clock=time.process_time,
+        clock=time.perf_counter,
+    ):
         self.model, self.governor, self.voltage, self.cores = model, governor, voltage, cores
         self.include_awake, self.device = include_awake, device
         self.cpu_clock, self.clock = cpu_clock, clock
@@ -102,8 +114,15 @@ class ModelledMeter(Meter):
         profile = self.model.profile
         running = profile.energy_j(states, self.voltage, cores=cores, include_awake=False)
         awake = profile.awake_ma * seconds * self.voltage / 1000.0 if self.include_awake else 0.0
-        return Reading(self.name, self.label, running + awake, seconds, 1, {"cpu running": running, "cpu awake": awake},
-                       self.model.describe(self.governor))
+        return Reading(
+            self.name,
+            self.label,
+            running + awake,
+            seconds,
+            1,
+            {"cpu running": running, "cpu awake": awake},
+            self.model.describe(self.governor),
+        )
 
     def start(self) -> None:
         self._c0, self._w0 = self.cpu_clock(), self.clock()

@@ -5,6 +5,7 @@ The counter updates a few times a second, so windows of a second or more are nee
 meaningful number; a shorter window is marked in the reading's note. `nvidia-ml-py` (module
 `pynvml`) is optional and imported only when the meter is used; tests pass a fake module.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,7 +26,9 @@ class NvmlMeter(Meter):
     label = MEASURED
     description = "GPU energy counter (NVML total energy, Volta or newer)"
 
-    def __init__(self, indices: tuple[int, ...] | None = None, nvml=None, min_window_s: float = 1.0, clock=time.monotonic):
+    def __init__(
+        self, indices: tuple[int, ...] | None = None, nvml=None, min_window_s: float = 1.0, clock=time.monotonic
+    ):
         self.indices, self._nvml, self.min_window_s, self.clock = indices, nvml, min_window_s, clock
         self._handles: dict[int, object] = {}
 
@@ -50,8 +53,9 @@ class NvmlMeter(Meter):
                 try:
                     nv.nvmlDeviceGetTotalEnergyConsumption(h)
                 except nv.NVMLError as exc:
-                    raise MeterUnavailable(f"GPU {i} ({_name(nv, h)}) has no total-energy counter ({exc}; "
-                                           "needs Volta or newer)") from exc
+                    raise MeterUnavailable(
+                        f"GPU {i} ({_name(nv, h)}) has no total-energy counter ({exc}; needs Volta or newer)"
+                    ) from exc
         except BaseException:
             nv.nvmlShutdown()
             raise
@@ -79,8 +83,11 @@ class NvmlMeter(Meter):
         self._nvml.nvmlShutdown()
         self._handles = {}
         parts = {f"gpu{i}": (e1[i] - self._e0[i]) / 1000.0 for i in e1}
-        note = "" if seconds >= self.min_window_s else \
-            f"window {seconds:.2f} s is shorter than {self.min_window_s} s: the counter may not have updated"
+        note = (
+            ""
+            if seconds >= self.min_window_s
+            else f"window {seconds:.2f} s is shorter than {self.min_window_s} s: the counter may not have updated"
+        )
         return Reading(self.name, self.label, sum(parts.values()), seconds, 2, parts, note)
 
     def abort(self) -> None:

@@ -15,6 +15,7 @@ Both forms of the file are read:
 The energy *of a job* is what it adds to a suspended phone: the awake current for the whole
 window plus the running current for its CPU time; the suspend floor is not charged.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,7 @@ class Cluster:
     cores: int
     speeds_khz: tuple[int, ...]
     core_ma: tuple[float, ...]  # per running core at each speed
-    cluster_ma: float = 0.0     # while the cluster runs (8.1+ form only)
+    cluster_ma: float = 0.0  # while the cluster runs (8.1+ form only)
 
     def index(self, khz: int) -> int:
         if khz not in self.speeds_khz:
@@ -45,8 +46,8 @@ class PowerProfile:
     """The CPU part of a power profile; currents in mA, speeds in kHz."""
 
     clusters: tuple[Cluster, ...]
-    active_ma: float   # while any CPU runs (8.1+ `cpu.active`; 0 in the old form, where it is per speed)
-    awake_ma: float    # awake but not running (old `cpu.awake`, 8.1+ `cpu.idle`)
+    active_ma: float  # while any CPU runs (8.1+ `cpu.active`; 0 in the old form, where it is per speed)
+    awake_ma: float  # awake but not running (old `cpu.awake`, 8.1+ `cpu.idle`)
     suspend_ma: float  # power collapse (old `cpu.idle`, 8.1+ `cpu.suspend`); never charged to a job
     battery_mah: float | None
     form: str
@@ -61,8 +62,9 @@ class PowerProfile:
         c = self.clusters[cluster]
         return self.active_ma + c.cluster_ma + cores * c.core_ma[c.index(khz)]
 
-    def charge_mas(self, time_in_state: Mapping, wall_s: float | None = None, cores: float = 1.0,
-                   include_awake: bool = True) -> float:
+    def charge_mas(
+        self, time_in_state: Mapping, wall_s: float | None = None, cores: float = 1.0, include_awake: bool = True
+    ) -> float:
         """mA*s of a job: running current x seconds at each state, plus the awake current for the
         wall time (default: the summed state time, i.e. one busy core at a time).
 
@@ -79,8 +81,14 @@ class PowerProfile:
             charge += self.awake_ma * (busy if wall_s is None else wall_s)
         return charge
 
-    def energy_j(self, time_in_state: Mapping, voltage: float, wall_s: float | None = None, cores: float = 1.0,
-                 include_awake: bool = True) -> float:
+    def energy_j(
+        self,
+        time_in_state: Mapping,
+        voltage: float,
+        wall_s: float | None = None,
+        cores: float = 1.0,
+        include_awake: bool = True,
+    ) -> float:
         """Joules: mA*s x V / 1000 (the profile gives currents; `voltage` is the nominal battery voltage)."""
         if voltage <= 0:
             raise ValueError(f"voltage must be positive, got {voltage}")
@@ -90,9 +98,14 @@ class PowerProfile:
         """Per speed: running current and energy per million cycles (nJ/cycle x 1e6), the number
         that decides whether a lower frequency saves energy on compute-bound work."""
         c = self.clusters[cluster]
-        return [{"khz": f, "running_ma": self.running_ma(f, cluster),
-                 "uj_per_mcycle": self.running_ma(f, cluster) * voltage / (f / 1000.0)}  # mA*V/MHz = uJ per 1e6 cycles
-                for f in c.speeds_khz]
+        return [
+            {
+                "khz": f,
+                "running_ma": self.running_ma(f, cluster),
+                "uj_per_mcycle": self.running_ma(f, cluster) * voltage / (f / 1000.0),
+            }  # mA*V/MHz = uJ per 1e6 cycles
+            for f in c.speeds_khz
+        ]
 
 
 def _parse_values(root: ET.Element) -> dict[str, float | list[float]]:
@@ -130,16 +143,38 @@ def parse(text: str, path: str = "") -> PowerProfile:
         for i, n in enumerate(cores):
             speeds, power = values.get(f"cpu.core_speeds.cluster{i}"), values.get(f"cpu.core_power.cluster{i}")
             if not isinstance(speeds, list) or not isinstance(power, list):
-                raise ValueError(f"cluster {i}: cpu.core_speeds.cluster{i} and cpu.core_power.cluster{i} must be arrays")
-            clusters.append(_cluster(int(n), speeds, power, _scalar(values, f"cpu.cluster_power.cluster{i}"), f"cluster{i}"))
-        return PowerProfile(tuple(clusters), _scalar(values, "cpu.active"), _scalar(values, "cpu.idle"),
-                            _scalar(values, "cpu.suspend"), battery, POST_81, digest, path)
+                raise ValueError(
+                    f"cluster {i}: cpu.core_speeds.cluster{i} and cpu.core_power.cluster{i} must be arrays"
+                )
+            clusters.append(
+                _cluster(int(n), speeds, power, _scalar(values, f"cpu.cluster_power.cluster{i}"), f"cluster{i}")
+            )
+        return PowerProfile(
+            tuple(clusters),
+            _scalar(values, "cpu.active"),
+            _scalar(values, "cpu.idle"),
+            _scalar(values, "cpu.suspend"),
+            battery,
+            POST_81,
+            digest,
+            path,
+        )
     speeds, active = values.get("cpu.speeds"), values.get("cpu.active")
     if not isinstance(speeds, list) or not isinstance(active, list):
-        raise ValueError("not a CPU power profile: need cpu.speeds and cpu.active arrays "
-                         "(pre-8.1) or cpu.core_speeds.clusterN / cpu.core_power.clusterN (8.1+)")
-    return PowerProfile((_cluster(1, speeds, active, 0.0, "cpu"),), 0.0, _scalar(values, "cpu.awake"),
-                        _scalar(values, "cpu.idle"), battery, PRE_81, digest, path)
+        raise ValueError(
+            "not a CPU power profile: need cpu.speeds and cpu.active arrays "
+            "(pre-8.1) or cpu.core_speeds.clusterN / cpu.core_power.clusterN (8.1+)"
+        )
+    return PowerProfile(
+        (_cluster(1, speeds, active, 0.0, "cpu"),),
+        0.0,
+        _scalar(values, "cpu.awake"),
+        _scalar(values, "cpu.idle"),
+        battery,
+        PRE_81,
+        digest,
+        path,
+    )
 
 
 def _cluster(cores: int, speeds: list[float], power: list[float], cluster_ma: float, what: str) -> Cluster:
@@ -172,9 +207,13 @@ class Device:
 
 DEVICES = {
     "nexus6": Device(
-        "Nexus 6", "nexus6_power_profile.xml", "interactive", 3.8,
+        "Nexus 6",
+        "nexus6_power_profile.xml",
+        "interactive",
+        3.8,
         "AOSP device/moto/shamu overlay power_profile.xml (final AOSP version, 2016-04-29); "
-        "3.8 V nominal battery voltage (3220 mAh Li-ion)"),
+        "3.8 V nominal battery voltage (3220 mAh Li-ion)",
+    ),
 }
 
 

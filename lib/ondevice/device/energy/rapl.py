@@ -8,6 +8,7 @@ and DRAM zones are summed; `core`, `uncore` and `psys` overlap the package and a
 On Linux 5.10 and later `energy_uj` is readable by root only (CVE-2020-8694). The sysfs root is
 a parameter, so tests drive the meter with a temporary tree.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ POWERCAP = "/sys/class/powercap"
 
 @dataclass(frozen=True)
 class Zone:
-    name: str          # e.g. package-0, dram
+    name: str  # e.g. package-0, dram
     path: str
     max_range_uj: int
 
@@ -54,8 +55,13 @@ class RaplMeter(Meter):
     label = MEASURED
     description = "CPU package + DRAM energy counters (Linux powercap RAPL)"
 
-    def __init__(self, root: str = POWERCAP, kinds: tuple[str, ...] = ("package", "dram"), poll_s: float | None = 1.0,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        root: str = POWERCAP,
+        kinds: tuple[str, ...] = ("package", "dram"),
+        poll_s: float | None = 1.0,
+        clock=time.monotonic,
+    ):
         self.root, self.kinds, self.poll_s, self.clock = root, kinds, poll_s, clock
         self._zones: list[Zone] = []
         self._thread: threading.Thread | None = None

@@ -9,6 +9,7 @@ weight gradients of a layer that trains and again for the input gradients when a
 it trains; a layer below every trained one needs no backward pass at all (why fine-tuning the
 last layer is cheap). Adam adds about 12 operations per trained parameter per step.
 """
+
 from __future__ import annotations
 
 import tf_keras as keras

@@ -4,6 +4,7 @@ Zeus reads the same RAPL and NVML counters through its own code; running it besi
 over the same windows checks ours independently. It is not a dependency of the suite (it pulls
 in amdsmi, scikit-learn, pydantic and more): `pip install zeus==0.16.0` to enable it.
 """
+
 from __future__ import annotations
 
 from .base import MEASURED, Meter, MeterUnavailable, Reading

@@ -41,6 +41,7 @@ Data at each scale (the paper: the 10% of users with the most data, for both dat
   default the mirror holds 105 writers (a 5% sample of FEMNIST), whose top 10% would be 11 writers
   with 187 test images, too few to tell a 1% difference, so those scales keep all writers read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,17 +58,17 @@ import tf_keras as keras
 from ondevice import streams
 from ondevice.data import femnist, manifests, sent140
 from ondevice.data.splits import split_history
-from ondevice.data.typing_samples import PAD_ID, UNK_ID, Samples, Vocabulary, build_samples, sentences
+from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm, mobilenet_v1
+from ondevice.papers.deeptype import common as deeptype_common
+from ondevice.papers.deeptype.techniques.bucketing import EqualLength
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.params import Params
 from ondevice.report import provenance
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.training import model_cache, selection
 from ondevice.training.trainer import Trainer
-from ondevice.papers.deeptype import common as deeptype_common
 
 KINDS = ("text", "image")
 MODEL_NAMES = {"text": "LSTM", "image": "MobileNet"}
@@ -99,16 +100,52 @@ MOBILENET_WEIGHTS = {0.25: "mobilenet_v1_imagenet", 1.0: "mobilenet_v1_imagenet_
 #   the mirror's 105 FEMNIST writers.
 # - MobileNet: alpha 0.25 (the ImageNet weights in the mirror; paper scale 1.0), 28x28 -> 64x64.
 SHARED_PRESETS = {
-    "smoke": dict(vocab_size=800, embedding_dim=16, hidden_units=32, context_words=3, text_users=4,
-                  user_max_words=1000, pretrain_epochs=1, pretrain_max_tweets=1500, femnist_pairs=2,
-                  image_top_fraction=1.0, image_users=0, image_size=32, text_personal_epochs=1,
-                  image_personal_epochs=5, validation_users=2, text_rate_candidates=(0.1, 1.0),
-                  image_rate_candidates=(0.003, 0.03)),
-    "default": dict(vocab_size=10000, embedding_dim=64, hidden_units=96, context_words=3, text_users=12,
-                    pretrain_epochs=12, femnist_pairs=0, image_top_fraction=1.0, image_users=0, image_size=64,
-                    text_personal_epochs=2, text_personal_learning_rate=0.1, image_personal_learning_rate=0.03),
-    "paper": dict(vocab_size=10000, embedding_dim=400, hidden_units=400, context_words=10, text_users=0,
-                  pretrain_epochs=20, image_top_fraction=0.1, image_users=0, mobilenet_alpha=1.0, image_size=224),
+    "smoke": dict(
+        vocab_size=800,
+        embedding_dim=16,
+        hidden_units=32,
+        context_words=3,
+        text_users=4,
+        user_max_words=1000,
+        pretrain_epochs=1,
+        pretrain_max_tweets=1500,
+        femnist_pairs=2,
+        image_top_fraction=1.0,
+        image_users=0,
+        image_size=32,
+        text_personal_epochs=1,
+        image_personal_epochs=5,
+        validation_users=2,
+        text_rate_candidates=(0.1, 1.0),
+        image_rate_candidates=(0.003, 0.03),
+    ),
+    "default": dict(
+        vocab_size=10000,
+        embedding_dim=64,
+        hidden_units=96,
+        context_words=3,
+        text_users=12,
+        pretrain_epochs=12,
+        femnist_pairs=0,
+        image_top_fraction=1.0,
+        image_users=0,
+        image_size=64,
+        text_personal_epochs=2,
+        text_personal_learning_rate=0.1,
+        image_personal_learning_rate=0.03,
+    ),
+    "paper": dict(
+        vocab_size=10000,
+        embedding_dim=400,
+        hidden_units=400,
+        context_words=10,
+        text_users=0,
+        pretrain_epochs=20,
+        image_top_fraction=0.1,
+        image_users=0,
+        mobilenet_alpha=1.0,
+        image_size=224,
+    ),
 }
 
 
@@ -122,29 +159,29 @@ class AutLearnParams(Params):
     """Fields every AutLearn notebook has; a notebook subclasses it with its own."""
 
     # data
-    corpus: str = ""                   # per-user JSON Lines file for the personal text; "" = Shakespeare
-    sent140_dir: str = ""              # LEAF Sent140 JSON output to read instead of the mirror (paper scale)
-    pretrain_max_tweets: int = 0       # public tweets used (random sample); 0 = all
-    text_top_fraction: float = 0.1     # the paper's rule: the 10% of users with the most data
-    text_users: int = 0                # a random sample of those (0 = all of them)
-    user_max_words: int = 0            # each chosen user's first words only (0 = all; smoke: fast)
-    femnist_dir: str = ""              # LEAF FEMNIST JSON output to read instead of the mirror (paper scale)
-    femnist_pairs: int = 0             # LEAF train/test file pairs read (0 = all)
+    corpus: str = ""  # per-user JSON Lines file for the personal text; "" = Shakespeare
+    sent140_dir: str = ""  # LEAF Sent140 JSON output to read instead of the mirror (paper scale)
+    pretrain_max_tweets: int = 0  # public tweets used (random sample); 0 = all
+    text_top_fraction: float = 0.1  # the paper's rule: the 10% of users with the most data
+    text_users: int = 0  # a random sample of those (0 = all of them)
+    user_max_words: int = 0  # each chosen user's first words only (0 = all; smoke: fast)
+    femnist_dir: str = ""  # LEAF FEMNIST JSON output to read instead of the mirror (paper scale)
+    femnist_pairs: int = 0  # LEAF train/test file pairs read (0 = all)
     image_top_fraction: float = 0.1
-    image_users: int = 0               # a random sample of the top writers (0 = all of them)
-    validation_users: int = 6          # per kind, drawn first from the top fraction; choose the rates, never tested
+    image_users: int = 0  # a random sample of the top writers (0 = all of them)
+    validation_users: int = 6  # per kind, drawn first from the top fraction; choose the rates, never tested
     personal_train_fraction: float = 0.8  # earlier words of a user train, later ones test (LEAF's -tf 0.8)
     # the LSTM and its pre-training on public text
-    vocab_size: int = 10000            # incl. <pad> and <unk>; the paper's 10K most frequent words
+    vocab_size: int = 10000  # incl. <pad> and <unk>; the paper's 10K most frequent words
     embedding_dim: int = 400
     hidden_units: int = 400
     lstm_layers: int = 2
     context_words: int = 10
-    k: int = 3                         # DeepType's top-k-eff beside top-1
-    pretrain_epochs: int = 6           # at most; stops at a plateau of the held-out public loss
+    k: int = 3  # DeepType's top-k-eff beside top-1
+    pretrain_epochs: int = 6  # at most; stops at a plateau of the held-out public loss
     pretrain_batch_size: int = 64
     pretrain_learning_rate: float = 0.002
-    pretrain_holdout_fraction: float = 0.1   # public tweets held out for the plateau
+    pretrain_holdout_fraction: float = 0.1  # public tweets held out for the plateau
     pretrain_min_improvement: float = 0.01
     # MobileNet
     mobilenet_alpha: float = 0.25
@@ -164,11 +201,28 @@ class AutLearnParams(Params):
     image_rate_candidates: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
 
     def check(self) -> None:
-        for name in ("embedding_dim", "hidden_units", "lstm_layers", "k", "pretrain_epochs", "pretrain_batch_size",
-                     "text_personal_batch_size", "image_personal_batch_size"):
+        for name in (
+            "embedding_dim",
+            "hidden_units",
+            "lstm_layers",
+            "k",
+            "pretrain_epochs",
+            "pretrain_batch_size",
+            "text_personal_batch_size",
+            "image_personal_batch_size",
+        ):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
-        for name in ("text_users", "user_max_words", "validation_users", "image_users", "femnist_pairs", "pretrain_max_tweets", "context_words",
-                     "text_personal_epochs", "image_personal_epochs"):
+        for name in (
+            "text_users",
+            "user_max_words",
+            "validation_users",
+            "image_users",
+            "femnist_pairs",
+            "pretrain_max_tweets",
+            "context_words",
+            "text_personal_epochs",
+            "image_personal_epochs",
+        ):
             self.require(getattr(self, name) >= 0, name, "must be >= 0")
         for name in ("text_top_fraction", "image_top_fraction"):
             self.require(0 < getattr(self, name) <= 1, name, "must be in (0, 1]")
@@ -177,8 +231,11 @@ class AutLearnParams(Params):
         self.require(0 <= self.pretrain_min_improvement < 1, "pretrain_min_improvement", "must be in [0, 1)")
         self.require(self.vocab_size >= 3, "vocab_size", "must be at least 3 (<pad>, <unk> and a word)")
         self.require(self.k < self.vocab_size - 2, "k", "must be smaller than the number of words in the vocabulary")
-        self.require(self.mobilenet_alpha in MOBILENET_WEIGHTS, "mobilenet_alpha",
-                     f"must be a width with declared ImageNet weights, one of {sorted(MOBILENET_WEIGHTS)}")
+        self.require(
+            self.mobilenet_alpha in MOBILENET_WEIGHTS,
+            "mobilenet_alpha",
+            f"must be a width with declared ImageNet weights, one of {sorted(MOBILENET_WEIGHTS)}",
+        )
         self.require(self.image_size >= 32, "image_size", "must be at least 32 (MobileNet's smallest input)")
         for name in ("pretrain_learning_rate", "text_personal_learning_rate", "image_personal_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
@@ -188,18 +245,23 @@ class AutLearnParams(Params):
             self.require(getattr(self, name) in ("sgd", "adam"), name, "must be 'sgd' or 'adam'")
         for name in ("corpus", "sent140_dir", "femnist_dir"):
             value = getattr(self, name)
-            self.require(not value or Path(value).exists(), name, "must name an existing file or directory, or be empty")
+            self.require(
+                not value or Path(value).exists(), name, "must name an existing file or directory, or be empty"
+            )
 
 
-def top_users(sizes: dict[str, int], fraction: float, n: int, n_validation: int, seed: int,
-              purpose: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def top_users(
+    sizes: dict[str, int], fraction: float, n: int, n_validation: int, seed: int, purpose: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(test users, validation users): of the ceil(fraction * users) users with the most data (ties
     by name), `n_validation` drawn at random from their own stream, then `n` of the rest (0 = all
     of the rest); each in sorted order. The two never overlap."""
     ranked = sorted(sizes, key=lambda u: (-sizes[u], u))[: math.ceil(fraction * len(sizes))]
     if n_validation >= len(ranked):
-        raise ValueError(f"{n_validation} validation users leave no test user among the top {len(ranked)}; "
-                         "lower validation_users or raise the top fraction")
+        raise ValueError(
+            f"{n_validation} validation users leave no test user among the top {len(ranked)}; "
+            "lower validation_users or raise the top fraction"
+        )
     order = streams.rng(seed, purpose).permutation(len(ranked))
     rest = order[n_validation:]
     if n and n < len(rest):
@@ -219,6 +281,7 @@ class Validation:
 
 # ---- text -------------------------------------------------------------------------------------
 
+
 @dataclass
 class TextData:
     """Public text (vocabulary, pre-training samples) and the personal users' samples.
@@ -226,8 +289,8 @@ class TextData:
     `vocab`, `public_train` and `public_holdout` come from Sent140 alone: the cloud side. `train`
     and `test` hold each personal user's earlier and later sentences as samples: the devices."""
 
-    manifest: manifests.Manifest           # the personal users' data set
-    public_manifest: manifests.Manifest    # Sent140
+    manifest: manifests.Manifest  # the personal users' data set
+    public_manifest: manifests.Manifest  # Sent140
     public_files: list[Path]
     vocab: Vocabulary
     public_train: Samples
@@ -236,8 +299,8 @@ class TextData:
     train_sentences: dict[str, list[list[str]]]
     test_sentences: dict[str, list[list[str]]]
     context_words: int
-    all_users: int                         # users in the data set before the top-fraction rule
-    validation_users: tuple[str, ...] = () # their sentences are in train_sentences / test_sentences too
+    all_users: int  # users in the data set before the top-fraction rule
+    validation_users: tuple[str, ...] = ()  # their sentences are in train_sentences / test_sentences too
     train: dict[str, Samples] = field(default_factory=dict)
     test: dict[str, Samples] = field(default_factory=dict)
     validation: Validation | None = None
@@ -246,8 +309,11 @@ class TextData:
         samples = lambda part, u: build_samples(part[u], self.vocab, self.context_words)
         for u in self.users:
             self.train[u], self.test[u] = samples(self.train_sentences, u), samples(self.test_sentences, u)
-        self.validation = Validation(self.validation_users, {u: samples(self.train_sentences, u) for u in self.validation_users},
-                                     {u: samples(self.test_sentences, u) for u in self.validation_users})
+        self.validation = Validation(
+            self.validation_users,
+            {u: samples(self.train_sentences, u) for u in self.validation_users},
+            {u: samples(self.test_sentences, u) for u in self.validation_users},
+        )
 
     def pooled_train(self) -> Samples:
         """Every user's training sentences as one sample set (what CloudTrain collects)."""
@@ -259,19 +325,31 @@ class TextData:
 
     def table(self) -> pd.DataFrame:
         """Words, samples and out-of-vocabulary rate of the public text and of the users' parts."""
+
         def row(role, users, samples: list[Samples], words):
             n = sum(len(s) for s in samples)
             oov = sum(int((s.target == UNK_ID).sum()) for s in samples) / n if n else float("nan")
             return {"data": role, "users": users, "words": words, "samples": n, "oov_rate": oov}
+
         pub = len(self.public_train) + len(self.public_holdout)
-        return pd.DataFrame([
-            row("Sent140 (public): pre-training", "", [self.public_train], len(self.public_train)),
-            row("Sent140 (public): held out for the plateau", "", [self.public_holdout], len(self.public_holdout)),
-            row("personal users: training part", len(self.users), list(self.train.values()),
-                sum(len(w) for u in self.users for w in self.train_sentences[u])),
-            row("personal users: test part", len(self.users), list(self.test.values()),
-                sum(len(w) for u in self.users for w in self.test_sentences[u])),
-        ]).assign(public_words=pub)
+        return pd.DataFrame(
+            [
+                row("Sent140 (public): pre-training", "", [self.public_train], len(self.public_train)),
+                row("Sent140 (public): held out for the plateau", "", [self.public_holdout], len(self.public_holdout)),
+                row(
+                    "personal users: training part",
+                    len(self.users),
+                    list(self.train.values()),
+                    sum(len(w) for u in self.users for w in self.train_sentences[u]),
+                ),
+                row(
+                    "personal users: test part",
+                    len(self.users),
+                    list(self.test.values()),
+                    sum(len(w) for u in self.users for w in self.test_sentences[u]),
+                ),
+            ]
+        ).assign(public_words=pub)
 
 
 def public_sentences(params: AutLearnParams, tweets: dict[str, list[str]] | None = None):
@@ -306,25 +384,40 @@ def load_text(params: AutLearnParams, log=print, speeches=None, tweets=None) -> 
     vocab = Vocabulary.from_sentences(public + held_out, params.vocab_size)
     manifest, users = deeptype_common.read_users(params, speeches)
     sizes = {u: sum(map(len, s)) for u, s in users.items()}
-    chosen, held = top_users(sizes, params.text_top_fraction, params.text_users, params.validation_users, params.seed,
-                             "autlearn/text-users")
+    chosen, held = top_users(
+        sizes, params.text_top_fraction, params.text_users, params.validation_users, params.seed, "autlearn/text-users"
+    )
     train, test = {}, {}
     for u in chosen + held:
         sents = _first_words(users[u], params.user_max_words)
         train[u], test[u] = split_history(sents, [len(s) for s in sents], params.personal_train_fraction)
-    data = TextData(manifest, manifests.load("sent140"), files, vocab, build_samples(public, vocab, params.context_words),
-                    build_samples(held_out, vocab, params.context_words), chosen, train, test, params.context_words, len(users),
-                    held)
-    log(f"public Sent140: {sum(map(len, public))} + {sum(map(len, held_out))} held-out words, vocabulary {vocab.size}; "
+    data = TextData(
+        manifest,
+        manifests.load("sent140"),
+        files,
+        vocab,
+        build_samples(public, vocab, params.context_words),
+        build_samples(held_out, vocab, params.context_words),
+        chosen,
+        train,
+        test,
+        params.context_words,
+        len(users),
+        held,
+    )
+    log(
+        f"public Sent140: {sum(map(len, public))} + {sum(map(len, held_out))} held-out words, vocabulary {vocab.size}; "
         f"personal: {len(chosen)} of {len(users)} users (top {params.text_top_fraction:.0%} by words"
         f"{f', {params.text_users} drawn' if params.text_users else ''}; {len(held)} more for validation), "
-        f"{sum(len(s) for s in data.train.values())} training / {sum(len(s) for s in data.test.values())} test words")
+        f"{sum(len(s) for s in data.train.values())} training / {sum(len(s) for s in data.test.values())} test words"
+    )
     return data
 
 
 def text_model(params: AutLearnParams, data: TextData, seed: int) -> keras.Model:
-    config = lstm_lm.LSTMConfig(data.vocab.input_size, data.vocab.size, params.embedding_dim, params.hidden_units,
-                                params.lstm_layers)
+    config = lstm_lm.LSTMConfig(
+        data.vocab.input_size, data.vocab.size, params.embedding_dim, params.hidden_units, params.lstm_layers
+    )
     return lstm_lm.build(config, seed=streams.tf_seed(seed, "init/autlearn-lstm"))
 
 
@@ -341,11 +434,28 @@ class Pretrained:
         return pd.DataFrame(self.info.get("history", []))
 
 
-PRETRAIN_FIELDS = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers", "context_words", "pretrain_epochs",
-                   "pretrain_batch_size", "pretrain_learning_rate", "pretrain_holdout_fraction",
-                   "pretrain_min_improvement", "pretrain_max_tweets", "sent140_dir", "k")
-PRETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams",
-                 "ondevice.papers.deeptype.techniques.bucketing")
+PRETRAIN_FIELDS = (
+    "vocab_size",
+    "embedding_dim",
+    "hidden_units",
+    "lstm_layers",
+    "context_words",
+    "pretrain_epochs",
+    "pretrain_batch_size",
+    "pretrain_learning_rate",
+    "pretrain_holdout_fraction",
+    "pretrain_min_improvement",
+    "pretrain_max_tweets",
+    "sent140_dir",
+    "k",
+)
+PRETRAIN_CODE = (
+    "ondevice.training.trainer",
+    "ondevice.tasks.next_word",
+    "ondevice.models.lstm_lm",
+    "ondevice.streams",
+    "ondevice.papers.deeptype.techniques.bucketing",
+)
 
 
 def pretrained_text(params: AutLearnParams, data: TextData, log=print, seed: int | None = None) -> Pretrained:
@@ -362,7 +472,9 @@ def pretrained_text(params: AutLearnParams, data: TextData, log=print, seed: int
         rng = streams.rng(seed, "batches/autlearn-pretrain")
         history, best, best_loss = [], None, np.inf
         for epoch in range(1, params.pretrain_epochs + 1):
-            row = trainer.fit(data.public_train, 1, params.pretrain_batch_size, rng, log, f"pre-training on Sent140 (seed {seed})")[0]
+            row = trainer.fit(
+                data.public_train, 1, params.pretrain_batch_size, rng, log, f"pre-training on Sent140 (seed {seed})"
+            )[0]
             row.update(epoch=epoch, holdout_loss=float(np.log(task.evaluate(model, data.public_holdout)["perplexity"])))
             log(f"pre-training epoch {epoch}: held-out public loss {row['holdout_loss']:.3f}")
             history.append(row)
@@ -374,9 +486,13 @@ def pretrained_text(params: AutLearnParams, data: TextData, log=print, seed: int
         return best, {"history": history, "best_epoch": int(np.argmin([h["holdout_loss"] for h in history])) + 1}
 
     fields = {name: getattr(params, name) for name in PRETRAIN_FIELDS} | {"seed": seed}
-    digests = [a.sha256 for a in data.public_manifest.artifacts] + [data.public_train.digest(), data.public_holdout.digest()]
-    code = model_cache.code_digest([f for m in PRETRAIN_CODE for f in provenance.module_files(m)],
-                                   extra=inspect.getsource(pretrained_text))
+    digests = [a.sha256 for a in data.public_manifest.artifacts] + [
+        data.public_train.digest(),
+        data.public_holdout.digest(),
+    ]
+    code = model_cache.code_digest(
+        [f for m in PRETRAIN_CODE for f in provenance.module_files(m)], extra=inspect.getsource(pretrained_text)
+    )
     entry = model_cache.load_or_train("autlearn_lstm_sent140", fields, digests, code, train, log)
     model.set_weights(entry.weights)
     return Pretrained(model, entry.weights, entry.info, entry.hit)
@@ -390,15 +506,20 @@ def score_text(model, samples: Samples, k: int, batch_size: int = 256) -> dict:
     hits, n = 0, 0
     with_context = np.flatnonzero(samples.n_context > 0)
     for start in range(0, len(with_context), batch_size):
-        idx = with_context[start: start + batch_size]
+        idx = with_context[start : start + batch_size]
         x, y = samples.padded(idx)
         hit, _ = position_scores(model(x, training=False), tf.constant(y), tf.constant(1))
         hits += int(hit.numpy()[np.arange(len(idx)), samples.n_context[idx] - 1].sum())
         n += len(idx)
-    return {"top1": hits / n if n else float("nan"), "top_k_eff": scores["top_k_eff"], "perplexity": scores["perplexity"]}
+    return {
+        "top1": hits / n if n else float("nan"),
+        "top_k_eff": scores["top_k_eff"],
+        "perplexity": scores["perplexity"],
+    }
 
 
 # ---- images -----------------------------------------------------------------------------------
+
 
 @dataclass
 class ImageData:
@@ -414,15 +535,26 @@ class ImageData:
 
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
         """Every writer's training images as one set (what CloudTrain collects)."""
-        return (np.concatenate([self.train[u][0] for u in self.users]), np.concatenate([self.train[u][1] for u in self.users]))
+        return (
+            np.concatenate([self.train[u][0] for u in self.users]),
+            np.concatenate([self.train[u][1] for u in self.users]),
+        )
 
     def table(self) -> pd.DataFrame:
         rows = []
         for part, d in (("training (LEAF's 90%)", self.train), ("test (LEAF's 10%)", self.test)):
             n = [len(d[u][1]) for u in self.users]
-            rows.append({"data": f"FEMNIST writers: {part}", "users": len(self.users), "images": int(sum(n)),
-                         "per_user_min": int(min(n)), "per_user_median": float(np.median(n)), "per_user_max": int(max(n)),
-                         "classes_seen": int(len(np.unique(np.concatenate([d[u][1] for u in self.users]))))})
+            rows.append(
+                {
+                    "data": f"FEMNIST writers: {part}",
+                    "users": len(self.users),
+                    "images": int(sum(n)),
+                    "per_user_min": int(min(n)),
+                    "per_user_median": float(np.median(n)),
+                    "per_user_max": int(max(n)),
+                    "classes_seen": int(len(np.unique(np.concatenate([d[u][1] for u in self.users])))),
+                }
+            )
         return pd.DataFrame(rows).assign(writers_read=self.all_users)
 
 
@@ -431,12 +563,28 @@ def load_images(params: AutLearnParams, log=print) -> ImageData:
     (then `image_users` drawn at random when not 0), with LEAF's own split."""
     train, test, files = femnist.load(params.femnist_dir, params.femnist_pairs)
     sizes = {u: len(train[u][1]) + len(test[u][1]) for u in train}
-    chosen, held = top_users(sizes, params.image_top_fraction, params.image_users, params.validation_users, params.seed,
-                             "autlearn/image-users")
-    data = ImageData(manifests.load("femnist"), files, chosen, {u: train[u] for u in chosen}, {u: test[u] for u in chosen},
-                     len(train), Validation(held, {u: train[u] for u in held}, {u: test[u] for u in held}))
-    log(f"FEMNIST: {len(chosen)} of {len(train)} writers (and {len(held)} for validation), "
-        f"{sum(len(data.train[u][1]) for u in chosen)} training / {sum(len(data.test[u][1]) for u in chosen)} test images")
+    chosen, held = top_users(
+        sizes,
+        params.image_top_fraction,
+        params.image_users,
+        params.validation_users,
+        params.seed,
+        "autlearn/image-users",
+    )
+    data = ImageData(
+        manifests.load("femnist"),
+        files,
+        chosen,
+        {u: train[u] for u in chosen},
+        {u: test[u] for u in chosen},
+        len(train),
+        Validation(held, {u: train[u] for u in held}, {u: test[u] for u in held}),
+    )
+    log(
+        f"FEMNIST: {len(chosen)} of {len(train)} writers (and {len(held)} for validation), "
+        f"{sum(len(data.train[u][1]) for u in chosen)} training / "
+        f"{sum(len(data.test[u][1]) for u in chosen)} test images"
+    )
     return data
 
 
@@ -446,23 +594,34 @@ def mobilenet_weights(params: AutLearnParams) -> tuple[manifests.Manifest, Path]
     return m, manifests.fetch_artifact(m, m.artifacts[0], verbose=False)
 
 
-def pretrained_image(params: AutLearnParams, data: ImageData | None = None, log=print, seed: int | None = None) -> Pretrained:
+def pretrained_image(
+    params: AutLearnParams, data: ImageData | None = None, log=print, seed: int | None = None
+) -> Pretrained:
     """MobileNet v1 with the ImageNet weights (the public pre-trained model: nothing is trained on
     users, nothing is trained here at all) and a new `logits` head over FEMNIST's 62 classes, its
     initial weights drawn from the seed's own stream."""
     seed = params.seed if seed is None else seed
     manifest, path = mobilenet_weights(params)
-    model = mobilenet_v1.build(path, params.mobilenet_alpha, params.image_size, femnist.CLASSES,
-                               seed=streams.tf_seed(seed, "init/autlearn-head"))
-    log(f"MobileNet v1 (alpha {params.mobilenet_alpha}) with ImageNet weights from {path.name}; "
-        f"input 28x28 grey -> {params.image_size}x{params.image_size} RGB; new {femnist.CLASSES}-class head")
+    model = mobilenet_v1.build(
+        path,
+        params.mobilenet_alpha,
+        params.image_size,
+        femnist.CLASSES,
+        seed=streams.tf_seed(seed, "init/autlearn-head"),
+    )
+    log(
+        f"MobileNet v1 (alpha {params.mobilenet_alpha}) with ImageNet weights from {path.name}; "
+        f"input 28x28 grey -> {params.image_size}x{params.image_size} RGB; new {femnist.CLASSES}-class head"
+    )
     return Pretrained(model, model.get_weights(), {"weights": manifest.summary()}, from_cache=False)
 
 
 def image_features(model: keras.Model, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """The pooled MobileNet features of images x under the model's current weights."""
     features = mobilenet_v1.feature_model(model)
-    return np.concatenate([features(x[i: i + batch_size], training=False).numpy() for i in range(0, len(x), batch_size)])
+    return np.concatenate(
+        [features(x[i : i + batch_size], training=False).numpy() for i in range(0, len(x), batch_size)]
+    )
 
 
 def score_image(model: keras.Model, data: tuple[np.ndarray, np.ndarray]) -> dict:
@@ -476,6 +635,7 @@ def image_task() -> ClassificationTask:
 
 
 # ---- the on-device step -------------------------------------------------------------------------
+
 
 def last_layer(kind: str) -> FineTune:
     """AutLearn's transfer learning: only the last layer trains (LSTM: the softmax; MobileNet: the
@@ -497,13 +657,22 @@ class PersonalTrainer:
     def __init__(self, params: AutLearnParams, kind: str, model: keras.Model):
         self.params, self.kind, self.model = params, kind, model
         if kind == "text":
-            self.trainer = Trainer(model, NextWordTask(params.k), params.text_personal_learning_rate,
-                                   params.text_personal_optimizer, hooks=[last_layer(kind), EqualLength()])
+            self.trainer = Trainer(
+                model,
+                NextWordTask(params.k),
+                params.text_personal_learning_rate,
+                params.text_personal_optimizer,
+                hooks=[last_layer(kind), EqualLength()],
+            )
             self.epochs, self.batch_size = params.text_personal_epochs, params.text_personal_batch_size
         elif kind == "image":
             head = mobilenet_v1.head_model(model)
-            self.trainer = Trainer(head, ClassificationTask(head.input_shape[1:], femnist.CLASSES),
-                                   params.image_personal_learning_rate, params.image_personal_optimizer)
+            self.trainer = Trainer(
+                head,
+                ClassificationTask(head.input_shape[1:], femnist.CLASSES),
+                params.image_personal_learning_rate,
+                params.image_personal_optimizer,
+            )
             self.epochs, self.batch_size = params.image_personal_epochs, params.image_personal_batch_size
         else:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -517,8 +686,9 @@ class PersonalTrainer:
         return self.trainer.fit(train, self.epochs if epochs is None else epochs, self.batch_size, rng)
 
 
-def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, pre: Pretrained,
-                log=print) -> tuple[AutLearnParams, pd.DataFrame]:
+def choose_rate(
+    params: AutLearnParams, kind: str, data: TextData | ImageData, pre: Pretrained, log=print
+) -> tuple[AutLearnParams, pd.DataFrame]:
     """AutLearn's on-device learning rate for one kind, chosen on the validation users: each
     candidate runs the on-device step from the public model on every validation user's earlier
     part and is scored by the mean top-1 on their later parts (ties: the earlier candidate). The
@@ -529,8 +699,11 @@ def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, p
     if not candidates or not val.users:
         log(f"{MODEL_NAMES[kind]}: on-device rate {getattr(params, name)} from the preset (nothing to choose on)")
         return params, pd.DataFrame()
-    score = (lambda m, u: score_text(m, val.test[u], params.k)["top1"]) if kind == "text" else \
-        (lambda m, u: score_image(m, val.test[u])["top1"])
+    score = (
+        (lambda m, u: score_text(m, val.test[u], params.k)["top1"])
+        if kind == "text"
+        else (lambda m, u: score_image(m, val.test[u])["top1"])
+    )
 
     def mean_top1(candidate: dict) -> float:
         step = PersonalTrainer(dataclasses.replace(params, **{name: candidate["learning_rate"]}), kind, pre.model)
@@ -544,16 +717,24 @@ def choose_rate(params: AutLearnParams, kind: str, data: TextData | ImageData, p
     pre.model.set_weights(pre.weights)
     reference = float(np.mean([score(pre.model, u) for u in val.users]))
     # rate 0: no step, the public model itself (for reference; not a candidate)
-    table = pd.concat([table, pd.DataFrame([{"learning_rate": 0.0, "score": reference, "chosen": False}])], ignore_index=True)
+    table = pd.concat(
+        [table, pd.DataFrame([{"learning_rate": 0.0, "score": reference, "chosen": False}])], ignore_index=True
+    )
     table = table.rename(columns={"score": "validation mean top-1"}).assign(
-        model=MODEL_NAMES[kind], optimizer=getattr(params, f"{kind}_personal_optimizer"), validation_users=len(val.users))
-    log(f"{MODEL_NAMES[kind]}: on-device rate {best['learning_rate']} chosen on {len(val.users)} validation users "
-        f"(mean top-1 {table.loc[table.chosen, 'validation mean top-1'].iloc[0]:.4f}; public model {reference:.4f})")
+        model=MODEL_NAMES[kind],
+        optimizer=getattr(params, f"{kind}_personal_optimizer"),
+        validation_users=len(val.users),
+    )
+    log(
+        f"{MODEL_NAMES[kind]}: on-device rate {best['learning_rate']} chosen on {len(val.users)} validation users "
+        f"(mean top-1 {table.loc[table.chosen, 'validation mean top-1'].iloc[0]:.4f}; public model {reference:.4f})"
+    )
     return dataclasses.replace(params, **{name: best["learning_rate"]}), table
 
 
-def choose_rates(params: AutLearnParams, text: TextData, images: ImageData, pre: dict[str, Pretrained],
-                 log=print) -> tuple[AutLearnParams, pd.DataFrame]:
+def choose_rates(
+    params: AutLearnParams, text: TextData, images: ImageData, pre: dict[str, Pretrained], log=print
+) -> tuple[AutLearnParams, pd.DataFrame]:
     """Both models' on-device rates (`choose_rate` per kind): the params to train users with, and
     one selection table."""
     tables = []

@@ -7,6 +7,7 @@ cloud's initial data (the paper: the first month of the same devices); each late
 `cycle_days` days is one update cycle: a device trains on the cycle's data and is tested on the
 next cycle's, as in the paper's Sec. 5.1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,54 +23,79 @@ from scipy.special import log_softmax
 from ondevice import streams
 from ondevice.data import geolife, manifests, places
 from ondevice.models import mrnn
+from ondevice.papers.colla.techniques.distillation import DistillationHook, FullTeacher
 from ondevice.params import ParameterError, Params
 from ondevice.report import provenance
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.papers.colla.techniques.distillation import DistillationHook, FullTeacher
 from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer, seed_everything
 
 DATASET = "geolife"
-PAPER_CITATION = ("Lu, Shu, Liu, et al., Collaborative Learning between Cloud and End Devices: An Empirical Study "
-                  "on Location Prediction (Colla), SEC 2019")
-TRAINING_CODE = ("ondevice.training.trainer", "ondevice.tasks.classification", "ondevice.models.mrnn",
-                 "ondevice.papers.colla.techniques.distillation", "ondevice.streams")
-LIMITED_DEVICES = ("With {n} devices, CDFs over devices are coarse and model grouping has few models to "
-                   "cluster; the paper's top-100 devices (and GeoLife's 182 users at the `paper` scale) are "
-                   "where the spread over devices and the choice of K mean much.")
+PAPER_CITATION = (
+    "Lu, Shu, Liu, et al., Collaborative Learning between Cloud and End Devices: An Empirical Study "
+    "on Location Prediction (Colla), SEC 2019"
+)
+TRAINING_CODE = (
+    "ondevice.training.trainer",
+    "ondevice.tasks.classification",
+    "ondevice.models.mrnn",
+    "ondevice.papers.colla.techniques.distillation",
+    "ondevice.streams",
+)
+LIMITED_DEVICES = (
+    "With {n} devices, CDFs over devices are coarse and model grouping has few models to "
+    "cluster; the paper's top-100 devices (and GeoLife's 182 users at the `paper` scale) are "
+    "where the spread over devices and the choice of K mean much."
+)
 
 
 @dataclass(frozen=True)
 class CollaParams(Params):
     """Fields both Colla notebooks have (the paper's values where it gives them)."""
 
-    users: int = 0                  # devices: the first n GeoLife users by id (0 = every user found)
-    cell_m: float = 1000.0          # place grid (see data/places.py)
+    users: int = 0  # devices: the first n GeoLife users by id (0 = every user found)
+    cell_m: float = 1000.0  # place grid (see data/places.py)
     min_place_bins: int = 3
-    history: int = 6                # steps per sample
-    bootstrap_days: int = 10        # days with data of the cloud's initial data (paper: one month)
-    cycle_days: int = 10            # days with data per update cycle (paper: 20 days)
-    cycles: int = 3                 # update cycles (paper: 3)
-    cloud_embedding: int = 32       # heavy cloud model (paper: 32 / 128)
+    history: int = 6  # steps per sample
+    bootstrap_days: int = 10  # days with data of the cloud's initial data (paper: one month)
+    cycle_days: int = 10  # days with data per update cycle (paper: 20 days)
+    cycles: int = 3  # update cycles (paper: 3)
+    cloud_embedding: int = 32  # heavy cloud model (paper: 32 / 128)
     cloud_hidden: int = 128
-    device_embedding: int = 4       # light device model (paper: 4 / 16)
+    device_embedding: int = 4  # light device model (paper: 4 / 16)
     device_hidden: int = 16
-    device_slots: int = 96          # capacity of the customised FC (places a device can hold)
-    lam: float = 0.5                # lambda_d = lambda_c (paper: 0.5)
-    learning_rate: float = 0.01     # Adam (paper: 0.1, see README)
-    batch_size: int = 32            # paper: 32
-    cloud_epochs: int = 30          # bootstrapping the cloud model
-    pull_epochs: int = 30           # first pull: distilling the cloud model into the small one
-    client_max_epochs: int = 50     # client update, with early stopping
-    patience: int = 20              # epochs without a lower validation loss (paper: 20)
+    device_slots: int = 96  # capacity of the customised FC (places a device can hold)
+    lam: float = 0.5  # lambda_d = lambda_c (paper: 0.5)
+    learning_rate: float = 0.01  # Adam (paper: 0.1, see README)
+    batch_size: int = 32  # paper: 32
+    cloud_epochs: int = 30  # bootstrapping the cloud model
+    pull_epochs: int = 30  # first pull: distilling the cloud model into the small one
+    client_max_epochs: int = 50  # client update, with early stopping
+    patience: int = 20  # epochs without a lower validation loss (paper: 20)
     validation_fraction: float = 0.2  # the latest part of a cycle's data, for early stopping (paper 16:4)
-    cloud_update_epochs: int = 3    # cloud distillation per update
+    cloud_update_epochs: int = 3  # cloud distillation per update
     seeds: int = 1
 
     def check(self) -> None:
-        for name in ("history", "bootstrap_days", "cycle_days", "cycles", "cloud_embedding", "cloud_hidden",
-                     "device_embedding", "device_hidden", "device_slots", "batch_size", "cloud_epochs",
-                     "pull_epochs", "client_max_epochs", "patience", "cloud_update_epochs", "seeds", "min_place_bins"):
+        for name in (
+            "history",
+            "bootstrap_days",
+            "cycle_days",
+            "cycles",
+            "cloud_embedding",
+            "cloud_hidden",
+            "device_embedding",
+            "device_hidden",
+            "device_slots",
+            "batch_size",
+            "cloud_epochs",
+            "pull_epochs",
+            "client_max_epochs",
+            "patience",
+            "cloud_update_epochs",
+            "seeds",
+            "min_place_bins",
+        ):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
         self.require(self.users == 0 or self.users >= 2, "users", "must be 0 (all) or at least 2")
         self.require(self.cell_m > 0, "cell_m", "must be positive")
@@ -82,16 +108,28 @@ class CollaParams(Params):
         return [self.seed + i for i in range(self.seeds)]
 
     def place_rule(self) -> places.PlaceRule:
-        return places.PlaceRule(cell_m=self.cell_m, min_place_bins=self.min_place_bins, history=self.history,
-                                bootstrap_days=self.bootstrap_days, cycle_days=self.cycle_days, cycles=self.cycles)
+        return places.PlaceRule(
+            cell_m=self.cell_m,
+            min_place_bins=self.min_place_bins,
+            history=self.history,
+            bootstrap_days=self.bootstrap_days,
+            cycle_days=self.cycle_days,
+            cycles=self.cycles,
+        )
 
     def cloud_config(self, places_: int) -> mrnn.MRNNConfig:
         return mrnn.MRNNConfig(places_, places_, self.cloud_embedding, self.cloud_hidden, self.history)
 
     def device_config(self, places_: int, customised: bool = True) -> mrnn.MRNNConfig:
         """The small model: customised (switchable slots) or with an FC over every place."""
-        return mrnn.MRNNConfig(places_, self.device_slots if customised else places_, self.device_embedding,
-                               self.device_hidden, self.history, slots=customised)
+        return mrnn.MRNNConfig(
+            places_,
+            self.device_slots if customised else places_,
+            self.device_embedding,
+            self.device_hidden,
+            self.history,
+            slots=customised,
+        )
 
 
 @dataclass
@@ -99,8 +137,8 @@ class Devices:
     """The devices' samples (private to each device) and what the runs record about the data."""
 
     data: places.PlaceData
-    files: pd.DataFrame              # per user: files, bytes, digest, verified (no points)
-    source: str                      # where the release was read
+    files: pd.DataFrame  # per user: files, bytes, digest, verified (no points)
+    source: str  # where the release was read
 
     @property
     def uids(self) -> list[str]:
@@ -124,9 +162,21 @@ class Devices:
     def summary(self) -> dict:
         """run.json's data entry: the release and one checksum per device's files."""
         m = manifests.load(DATASET)
-        return {"name": m.name, "license": m.license, "stand_in_for": None, "source": self.source,
-                "artifacts": [{"file": f"Data/{r.uid} ({r.files} .plt files)", "sha256": r.sha256, "size": int(r.bytes),
-                               "verified_against_manifest": bool(r.verified)} for r in self.files.itertuples()]}
+        return {
+            "name": m.name,
+            "license": m.license,
+            "stand_in_for": None,
+            "source": self.source,
+            "artifacts": [
+                {
+                    "file": f"Data/{r.uid} ({r.files} .plt files)",
+                    "sha256": r.sha256,
+                    "size": int(r.bytes),
+                    "verified_against_manifest": bool(r.verified),
+                }
+                for r in self.files.itertuples()
+            ],
+        }
 
     def table(self) -> pd.DataFrame:
         """Aggregate counts per part, plus devices and places: nothing per device or per place."""
@@ -142,14 +192,20 @@ def load_devices(params: CollaParams, log=print) -> Devices:
     found = release.users()
     users = found if params.users == 0 else found[: params.users]
     if len(users) < max(params.users, 2):
-        raise ParameterError(f"parameter 'users' asks for {params.users} devices, but {release.data_dir} has {len(found)}")
+        raise ParameterError(
+            f"parameter 'users' asks for {params.users} devices, but {release.data_dir} has {len(found)}"
+        )
     files = pd.DataFrame([release.verify_user(u) for u in users])
     data = places.build({u: release.points(u) for u in users}, params.place_rule())
     if len(data.devices) < 2:
-        raise ParameterError(f"only {len(data.devices)} of {len(users)} users have the {data.rule.days_needed} days "
-                             "with data that bootstrap_days + (cycles + 1) * cycle_days need")
-    log(f"{len(users)} GeoLife users read from {release.data_dir}; {len(data.devices)} devices with at least "
-        f"{data.rule.days_needed} days with data; {data.vocabulary_size} places (incl. 'elsewhere')")
+        raise ParameterError(
+            f"only {len(data.devices)} of {len(users)} users have the {data.rule.days_needed} days "
+            "with data that bootstrap_days + (cycles + 1) * cycle_days need"
+        )
+    log(
+        f"{len(users)} GeoLife users read from {release.data_dir}; {len(data.devices)} devices with at least "
+        f"{data.rule.days_needed} days with data; {data.vocabulary_size} places (incl. 'elsewhere')"
+    )
     return Devices(data, files, str(release.data_dir))
 
 
@@ -165,15 +221,42 @@ def _code(*functions) -> str:
 # Data, model and bootstrap fields per scale, shared by both notebooks so they share cached models.
 SHARED_PRESETS = {
     # the first 5 users, short cycles, a small cloud model and small budgets: about a minute
-    "smoke": dict(users=5, bootstrap_days=6, cycle_days=4, cycles=2, cloud_embedding=8, cloud_hidden=32,
-                  cloud_epochs=4, pull_epochs=4, client_max_epochs=4, patience=2, cloud_update_epochs=1),
+    "smoke": dict(
+        users=5,
+        bootstrap_days=6,
+        cycle_days=4,
+        cycles=2,
+        cloud_embedding=8,
+        cloud_hidden=32,
+        cloud_epochs=4,
+        pull_epochs=4,
+        client_max_epochs=4,
+        patience=2,
+        cloud_update_epochs=1,
+    ),
     # the 45 users of the mirror: 6 + 4 x 5 = 26 days with data, which every one of them has
-    "default": dict(bootstrap_days=6, cycle_days=5, cycles=3, cloud_epochs=30, pull_epochs=30,
-                    client_max_epochs=30, patience=5, cloud_update_epochs=2),
+    "default": dict(
+        bootstrap_days=6,
+        cycle_days=5,
+        cycles=3,
+        cloud_epochs=30,
+        pull_epochs=30,
+        client_max_epochs=30,
+        patience=5,
+        cloud_update_epochs=2,
+    ),
     # every GeoLife user with 50 days with data (the paper's 30 + 3 x 20 calendar days would leave
     # few GeoLife users), the paper's patience
-    "paper": dict(bootstrap_days=10, cycle_days=10, cycles=3, cloud_epochs=200, pull_epochs=200,
-                  client_max_epochs=200, patience=20, cloud_update_epochs=5),
+    "paper": dict(
+        bootstrap_days=10,
+        cycle_days=10,
+        cycles=3,
+        cloud_epochs=200,
+        pull_epochs=200,
+        client_max_epochs=200,
+        patience=20,
+        cloud_update_epochs=5,
+    ),
 }
 
 
@@ -181,42 +264,73 @@ def presets(extra: dict[str, dict]) -> dict[str, dict]:
     return {scale: {**SHARED_PRESETS[scale], **extra.get(scale, {})} for scale in SHARED_PRESETS}
 
 
-CLOUD_FIELDS = ("cell_m", "min_place_bins", "history", "bootstrap_days", "cycle_days", "cycles", "users",
-                "cloud_embedding", "cloud_hidden", "learning_rate", "batch_size", "cloud_epochs", "patience",
-                "validation_fraction")
+CLOUD_FIELDS = (
+    "cell_m",
+    "min_place_bins",
+    "history",
+    "bootstrap_days",
+    "cycle_days",
+    "cycles",
+    "users",
+    "cloud_embedding",
+    "cloud_hidden",
+    "learning_rate",
+    "batch_size",
+    "cloud_epochs",
+    "patience",
+    "validation_fraction",
+)
 PULL_FIELDS = CLOUD_FIELDS + ("device_embedding", "device_hidden", "pull_epochs", "lam")
 
 
 def cloud_bootstrap(params: CollaParams, devices: Devices, seed: int, log=print) -> model_cache.Entry:
     """Stage 1: the heavy cloud model trained on the cloud's initial data (model cache)."""
+
     def train():
-        train, val = split_random(*devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation"))
+        train, val = split_random(
+            *devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation")
+        )
         model = mrnn.build(params.cloud_config(devices.places), streams.tf_seed(seed, "init/cloud"))
         trainer = Trainer(model, location_task(params, devices.places), params.learning_rate)
-        weights, history = fit_early_stopping(trainer, model.get_weights(), train, val, params,
-                                              streams.rng(seed, "batches/cloud"), params.cloud_epochs)
-        log(f"cloud bootstrap (seed {seed}): {len(history)} epochs, best validation loss "
-            f"{min(h['validation_loss'] for h in history):.3f}")
+        weights, history = fit_early_stopping(
+            trainer, model.get_weights(), train, val, params, streams.rng(seed, "batches/cloud"), params.cloud_epochs
+        )
+        log(
+            f"cloud bootstrap (seed {seed}): {len(history)} epochs, best validation loss "
+            f"{min(h['validation_loss'] for h in history):.3f}"
+        )
         return weights, {"history": history}
 
     fields = {name: getattr(params, name) for name in CLOUD_FIELDS} | {"seed": seed}
     return model_cache.load_or_train("colla_cloud", fields, [devices.digest()], _code(cloud_bootstrap), train, log)
 
 
-def first_pull(params: CollaParams, devices: Devices, cloud: model_cache.Entry, seed: int, log=print) -> model_cache.Entry:
+def first_pull(
+    params: CollaParams, devices: Devices, cloud: model_cache.Entry, seed: int, log=print
+) -> model_cache.Entry:
     """Stage 2: the cloud compresses its model into the small one by distillation on its own data
     (Eq. 2 with the cloud model as teacher); every new device starts from it (model cache)."""
+
     def train():
-        train, val = split_random(*devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation"))
+        train, val = split_random(
+            *devices.cloud_data(), params.validation_fraction, streams.rng(seed, "cloud/validation")
+        )
         teacher = mrnn.build(params.cloud_config(devices.places), 0)
         teacher.set_weights(cloud.weights)
         small = mrnn.build(params.device_config(devices.places, customised=False), streams.tf_seed(seed, "init/pull"))
-        trainer = Trainer(small, location_task(params, devices.places), params.learning_rate,
-                          hooks=[DistillationHook(FullTeacher(teacher), params.lam)])
-        weights, history = fit_early_stopping(trainer, small.get_weights(), train, val, params,
-                                              streams.rng(seed, "batches/pull"), params.pull_epochs)
-        log(f"first pull (seed {seed}): {len(history)} epochs, best validation loss "
-            f"{min(h['validation_loss'] for h in history):.3f}")
+        trainer = Trainer(
+            small,
+            location_task(params, devices.places),
+            params.learning_rate,
+            hooks=[DistillationHook(FullTeacher(teacher), params.lam)],
+        )
+        weights, history = fit_early_stopping(
+            trainer, small.get_weights(), train, val, params, streams.rng(seed, "batches/pull"), params.pull_epochs
+        )
+        log(
+            f"first pull (seed {seed}): {len(history)} epochs, best validation loss "
+            f"{min(h['validation_loss'] for h in history):.3f}"
+        )
         return weights, {"history": history}
 
     fields = {name: getattr(params, name) for name in PULL_FIELDS} | {"seed": seed, "cloud": cloud.key}
@@ -231,14 +345,28 @@ class Bootstrapped:
     pull: dict[int, model_cache.Entry]
 
     def history(self) -> pd.DataFrame:
-        rows = [{"stage": stage, "seed": s, **h} for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
-                for s, e in entries.items() for h in e.info["history"]]
+        rows = [
+            {"stage": stage, "seed": s, **h}
+            for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
+            for s, e in entries.items()
+            for h in e.info["history"]
+        ]
         return pd.DataFrame(rows)
 
     def cache(self) -> pd.DataFrame:
-        return pd.DataFrame([{"stage": stage, "seed": s, "from_cache": e.hit, "train_seconds": e.info["train_seconds"],
-                              "key": e.key[:16]} for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
-                             for s, e in entries.items()])
+        return pd.DataFrame(
+            [
+                {
+                    "stage": stage,
+                    "seed": s,
+                    "from_cache": e.hit,
+                    "train_seconds": e.info["train_seconds"],
+                    "key": e.key[:16],
+                }
+                for stage, entries in (("cloud bootstrap", self.cloud), ("first pull", self.pull))
+                for s, e in entries.items()
+            ]
+        )
 
 
 def bootstrap(params: CollaParams, devices: Devices, log=print) -> Bootstrapped:
@@ -250,15 +378,23 @@ def bootstrap(params: CollaParams, devices: Devices, log=print) -> Bootstrapped:
 
 # --- the device side: slots of the customised FC and one client update --------------------------
 
+
 def customise(small_weights: list[np.ndarray], template: list[np.ndarray]) -> list[np.ndarray]:
     """A device model from the compressed small model: its embeddings and LSTM, and a customised
     FC (the template's initial values) with every slot off until the device has places."""
-    return [w.copy() for w in small_weights[:-2]] + [template[-3].copy(), template[-2].copy(),
-                                                      np.zeros_like(template[-1])]
+    return [w.copy() for w in small_weights[:-2]] + [
+        template[-3].copy(),
+        template[-2].copy(),
+        np.zeros_like(template[-1]),
+    ]
 
 
-def grow(weights: list[np.ndarray], slot_places: np.ndarray, labels: np.ndarray,
-         columns: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+def grow(
+    weights: list[np.ndarray],
+    slot_places: np.ndarray,
+    labels: np.ndarray,
+    columns: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[list[np.ndarray], np.ndarray]:
     """The customised FC grows: each new place of `labels` (in order of appearance) takes the next
     free slot and is switched on; with `columns` (the FC kernel and bias over every place of the
     pulled small model) the slot starts from that place's column, else from its initial values.
@@ -293,15 +429,22 @@ def logits(model, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
         spec = tf.TensorSpec([None, *model.input_shape[1:]], tf.int32)
         _COMPILED[model] = tf.function(lambda inputs: model(inputs, training=False), input_signature=[spec])
     fn = _COMPILED[model]
-    return np.concatenate([fn(x[i: i + batch_size]).numpy() for i in range(0, len(x), batch_size)])
+    return np.concatenate([fn(x[i : i + batch_size]).numpy() for i in range(0, len(x), batch_size)])
 
 
 def mean_cross_entropy(model, x: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(log_softmax(logits(model, x), axis=-1)[np.arange(len(y)), y]))
 
 
-def fit_early_stopping(trainer: Trainer, weights: list[np.ndarray], train, val, params: CollaParams,
-                       rng: np.random.Generator, max_epochs: int) -> tuple[list[np.ndarray], list[dict]]:
+def fit_early_stopping(
+    trainer: Trainer,
+    weights: list[np.ndarray],
+    train,
+    val,
+    params: CollaParams,
+    rng: np.random.Generator,
+    max_epochs: int,
+) -> tuple[list[np.ndarray], list[dict]]:
     """Train from `weights`; stop after `patience` epochs without a lower validation loss (hard
     labels) and keep the best weights, the paper's rule. Returns them and one row per epoch."""
     trainer.reset(weights)

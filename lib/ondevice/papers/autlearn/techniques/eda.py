@@ -16,6 +16,7 @@ but trains on at most 1x more: `augment_corpus` samples the generated sentences 
 re-tokenised after SR and RI, as the authors do. Every random draw comes from the numpy
 Generator passed in, so a seed fixes the output.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,8 @@ OPERATIONS = ("sr", "ri", "rs", "rd")
 # English function words, never replaced by or given synonyms (EDA skips stop words in SR and RI).
 # Ours, written for this module: pronouns, determiners, auxiliaries, prepositions, conjunctions,
 # and the archaic forms Shakespeare's users type.
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
 a about above after again against all am an and any are as at be been before being below between both but by
 can could did do does doing down during each few for from further had has have having he her here hers herself
 him himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only
@@ -34,7 +36,8 @@ or other our ours ourselves out over own same she should so some such than that 
 then there these they this those through to too under until up very was we were what when where which while who
 whom why will with would you your yours yourself yourselves
 thou thee thy thine ye art hath doth dost shalt wilt shall o
-""".split())
+""".split()
+)
 _NOT_LETTER = re.compile(r"[^a-z ]+")
 
 
@@ -47,8 +50,16 @@ class EDA:
     """The four operations over one synonym dictionary (`synonyms(word) -> tuple of str`, e.g.
     `data.wordnet.WordNet.synonyms`), with the authors' rates as defaults."""
 
-    def __init__(self, synonyms, alpha_sr: float = 0.1, alpha_ri: float = 0.1, alpha_rs: float = 0.1,
-                 p_rd: float = 0.1, operations: tuple[str, ...] = OPERATIONS, stop_words=STOP_WORDS):
+    def __init__(
+        self,
+        synonyms,
+        alpha_sr: float = 0.1,
+        alpha_ri: float = 0.1,
+        alpha_rs: float = 0.1,
+        p_rd: float = 0.1,
+        operations: tuple[str, ...] = OPERATIONS,
+        stop_words=STOP_WORDS,
+    ):
         for name, value in (("alpha_sr", alpha_sr), ("alpha_ri", alpha_ri), ("alpha_rs", alpha_rs), ("p_rd", p_rd)):
             if not 0 <= value <= 1:
                 raise ValueError(f"EDA {name} must be in [0, 1], got {value!r}")
@@ -140,8 +151,9 @@ class EDA:
         return [s for s, r in zip(made, rng.random(len(made))) if r < n_aug]
 
 
-def augment_corpus(eda: EDA, sentences: list[list[str]], rng: np.random.Generator, n_aug: float = 4,
-                   cap: float = 1.0) -> list[list[str]]:
+def augment_corpus(
+    eda: EDA, sentences: list[list[str]], rng: np.random.Generator, n_aug: float = 4, cap: float = 1.0
+) -> list[list[str]]:
     """Generated sentences for a user's training sentences, sampled down (uniformly, without
     replacement) to at most `cap` x len(sentences); the originals are not included."""
     if cap < 0:

@@ -11,6 +11,7 @@ Scale zooms in or out. Gaussian noise is drawn from the Generator itself (tf_ker
 GaussianNoise layer ignores its seed across constructions). Borders are filled with the nearest
 pixel, which suits any background colour.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,7 +47,9 @@ class ImageAugmenter:
     def __init__(self, operations: tuple[str, ...] = PAPER_MOBILENET, strength: dict | None = None):
         unknown = sorted(set(operations) - set(OPERATIONS))
         if unknown or not operations:
-            raise ValueError(f"image augmentation operations must be a non-empty subset of {OPERATIONS}, got {operations!r}")
+            raise ValueError(
+                f"image augmentation operations must be a non-empty subset of {OPERATIONS}, got {operations!r}"
+            )
         self.operations = tuple(operations)
         self.strength = {**STRENGTH, **(strength or {})}
         for op in self.operations:
@@ -68,8 +71,14 @@ class ImageAugmenter:
         return (out[..., 0] if x.ndim == 3 else out).astype(x.dtype)
 
 
-def augment_images(augmenter: ImageAugmenter, images: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
-                   n_aug: int = 1, cap: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def augment_images(
+    augmenter: ImageAugmenter,
+    images: np.ndarray,
+    labels: np.ndarray,
+    rng: np.random.Generator,
+    n_aug: int = 1,
+    cap: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Generated images and their labels: as if `n_aug` transforms of every image were sampled down
     (uniformly, without replacement) to at most `cap` x len(images), but only the sampled ones are
     computed; the originals are not included."""

@@ -21,6 +21,7 @@ constant that goes too: the re-training absorbs it).
 magnitude pruning): it zeroes weights but keeps every shape, so dense kernels on a CPU do not get
 faster; it is here to show exactly that beside the structured kind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,9 +33,18 @@ import tf_keras as keras
 
 PRUNABLE = (keras.layers.Dense, keras.layers.Conv2D, keras.layers.LSTM, keras.layers.Embedding)
 PER_CHANNEL = (keras.layers.BatchNormalization, keras.layers.DepthwiseConv2D)
-WEIGHTLESS_OK = (keras.layers.ReLU, keras.layers.Activation, keras.layers.Dropout, keras.layers.ZeroPadding2D,
-                 keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D, keras.layers.AveragePooling2D,
-                 keras.layers.MaxPooling2D, keras.layers.Reshape, keras.layers.Rescaling)
+WEIGHTLESS_OK = (
+    keras.layers.ReLU,
+    keras.layers.Activation,
+    keras.layers.Dropout,
+    keras.layers.ZeroPadding2D,
+    keras.layers.GlobalAveragePooling2D,
+    keras.layers.GlobalMaxPooling2D,
+    keras.layers.AveragePooling2D,
+    keras.layers.MaxPooling2D,
+    keras.layers.Reshape,
+    keras.layers.Rescaling,
+)
 
 
 def flatten(model: keras.Model) -> keras.Model:
@@ -49,8 +59,10 @@ def flatten(model: keras.Model) -> keras.Model:
         if isinstance(layer, keras.layers.InputLayer):
             continue
         node = layer._inbound_nodes[0]
-        args, kwargs = [tf.nest.map_structure(lambda t: tensors[id(t)] if id(t) in tensors else t, a)
-                        for a in (node.call_args, node.call_kwargs)]
+        args, kwargs = [
+            tf.nest.map_structure(lambda t: tensors[id(t)] if id(t) in tensors else t, a)
+            for a in (node.call_args, node.call_kwargs)
+        ]
         if isinstance(layer, keras.Model):
             x = args[0]
             previous = layer.layers[0]
@@ -66,8 +78,11 @@ def flatten(model: keras.Model) -> keras.Model:
             out = layer(*args, **kwargs)
         for before, after in zip(tf.nest.flatten(node.outputs), tf.nest.flatten(out)):
             tensors[id(before)] = after
-    return keras.Model(copy.inputs, [tensors[id(t)] for t in copy.outputs] if len(copy.outputs) > 1
-                       else tensors[id(copy.outputs[0])], name=model.name)
+    return keras.Model(
+        copy.inputs,
+        [tensors[id(t)] for t in copy.outputs] if len(copy.outputs) > 1 else tensors[id(copy.outputs[0])],
+        name=model.name,
+    )
 
 
 def width(layer) -> int:
@@ -88,7 +103,7 @@ def unit_norms(layer) -> np.ndarray:
         kernel, recurrent = layer.cell.kernel.numpy(), layer.cell.recurrent_kernel.numpy()
         h = width(layer)
         both = np.concatenate([kernel, recurrent], 0)
-        return np.sqrt(sum((both[:, g * h:(g + 1) * h] ** 2).sum(0) for g in range(4)))
+        return np.sqrt(sum((both[:, g * h : (g + 1) * h] ** 2).sum(0) for g in range(4)))
     if isinstance(layer, keras.layers.Embedding):
         return np.linalg.norm(layer.embeddings.numpy(), axis=0)
     kernel = layer.kernel.numpy()
@@ -121,8 +136,10 @@ def _downstream(model: keras.Model, layer) -> tuple[list, list]:
                 carriers.append(nxt)
                 todo.append(nxt)
             else:
-                raise ValueError(f"cannot prune {layer.name}: its output reaches {nxt.name} "
-                                 f"({type(nxt).__name__}), which is not per channel")
+                raise ValueError(
+                    f"cannot prune {layer.name}: its output reaches {nxt.name} "
+                    f"({type(nxt).__name__}), which is not per channel"
+                )
     if not consumers:
         raise ValueError(f"{layer.name} feeds no weighted layer: it is an output and cannot lose units")
     return carriers, consumers
@@ -170,8 +187,10 @@ def prune(model: keras.Model, layer_name: str, remove) -> keras.Model:
         if new.name == layer_name:
             weights = _slice_outputs(new, weights, keep, old)
         elif new.name in carrier_names and weights:
-            weights = [w[..., keep, :] if isinstance(new, keras.layers.DepthwiseConv2D) and w.ndim == 4 else w[keep]
-                       for w in weights]
+            weights = [
+                w[..., keep, :] if isinstance(new, keras.layers.DepthwiseConv2D) and w.ndim == 4 else w[keep]
+                for w in weights
+            ]
         elif new.name in consumer_names:
             kernel = weights[0]
             weights[0] = kernel[:, :, keep, :] if kernel.ndim == 4 else kernel[keep]
@@ -204,6 +223,7 @@ def zero_units(model: keras.Model, layer_name: str, units) -> None:
 
 
 # ---- resources ------------------------------------------------------------------------------
+
 
 def parameters(model: keras.Model) -> int:
     return int(sum(int(np.prod(w.shape)) for w in model.weights))
@@ -244,6 +264,7 @@ def last_layer_train_flops(model: keras.Model, head: str, samples: int) -> float
 
 # ---- the search ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Round:
     round: int
@@ -256,9 +277,18 @@ class Round:
     within_budget: bool
 
 
-def search(model: keras.Model, evaluate: Callable[[keras.Model], float], retrain: Callable[[keras.Model], None], *,
-           step: float = 0.25, max_drop: float = 0.01, flops_budget: float = 0.0, max_rounds: int = 20,
-           layers: list[str] | None = None, log=print) -> tuple[keras.Model, list[Round], float]:
+def search(
+    model: keras.Model,
+    evaluate: Callable[[keras.Model], float],
+    retrain: Callable[[keras.Model], None],
+    *,
+    step: float = 0.25,
+    max_drop: float = 0.01,
+    flops_budget: float = 0.0,
+    max_rounds: int = 20,
+    layers: list[str] | None = None,
+    log=print,
+) -> tuple[keras.Model, list[Round], float]:
     """Prune round by round until validation accuracy drops more than `max_drop` (absolute) below
     the uncompressed model's, FLOPs reach `flops_budget` x the original's, or `max_rounds`.
 
@@ -269,8 +299,10 @@ def search(model: keras.Model, evaluate: Callable[[keras.Model], float], retrain
     (the last one possibly outside the budget) and the uncompressed model's accuracy.
     """
     if not 0 < step < 1 or max_drop < 0 or not 0 <= flops_budget < 1 or max_rounds < 0:
-        raise ValueError(f"need 0 < step < 1, max_drop >= 0, 0 <= flops_budget < 1, max_rounds >= 0; "
-                         f"got {step}, {max_drop}, {flops_budget}, {max_rounds}")
+        raise ValueError(
+            f"need 0 < step < 1, max_drop >= 0, 0 <= flops_budget < 1, max_rounds >= 0; "
+            f"got {step}, {max_drop}, {flops_budget}, {max_rounds}"
+        )
     base, original_flops = evaluate(model), forward_flops(model)
     best, rounds = model, []
     names = layers if layers is not None else candidates(model)
@@ -290,9 +322,13 @@ def search(model: keras.Model, evaluate: Callable[[keras.Model], float], retrain
         retrain(chosen)
         acc = evaluate(chosen)
         ok = acc >= base - max_drop
-        rounds.append(Round(r, name, k, width(chosen.get_layer(name)), parameters(chosen), forward_flops(chosen), acc, ok))
-        log(f"pruning round {r}: {name} -{k} -> {width(chosen.get_layer(name))} units, "
-            f"accuracy {acc:.4f} (uncompressed {base:.4f}){'' if ok else ', over the budget: stop'}")
+        rounds.append(
+            Round(r, name, k, width(chosen.get_layer(name)), parameters(chosen), forward_flops(chosen), acc, ok)
+        )
+        log(
+            f"pruning round {r}: {name} -{k} -> {width(chosen.get_layer(name))} units, "
+            f"accuracy {acc:.4f} (uncompressed {base:.4f}){'' if ok else ', over the budget: stop'}"
+        )
         if not ok:
             break
         best = chosen

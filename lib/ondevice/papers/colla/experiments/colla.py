@@ -10,6 +10,7 @@ customised FC; CT is the heavy model trained on every device's raw data so far (
 whose data crosses to the cloud). Colla's devices and cloud exchange only parameters, through
 `techniques.colla.boundary`.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,14 +22,14 @@ from sklearn.metrics import precision_score
 
 from ondevice import streams
 from ondevice.models import mrnn
-from ondevice.report import claims, record
+from ondevice.papers.colla import common
+from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
 from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
 from ondevice.papers.colla.techniques.cloud_update import ClientEnsemble
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
 from ondevice.papers.colla.techniques.grouping import choose_groups, output_distances
+from ondevice.report import claims, record
 from ondevice.training.trainer import Trainer
-from ondevice.papers.colla import common
-from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
 
 NAME = "colla"
 METHODS = ("DT", "CT", "DT-ws", "Colla")
@@ -44,14 +45,16 @@ PAPER = claims.Paper(
         claims.PaperNumber("parameters, cloud model (|V| = 368)", 128_796, "Sec. 3.2"),
         claims.PaperNumber("parameters, device model (|V| = 368)", 11_868, "Sec. 3.2"),
     ),
-    effects=tuple(claims.Effect(f"Colla is more accurate than {m}", "median accuracy, Colla", f"median accuracy, {m}")
-                  for m in ("DT", "CT", "DT-ws")),
+    effects=tuple(
+        claims.Effect(f"Colla is more accurate than {m}", "median accuracy, Colla", f"median accuracy, {m}")
+        for m in ("DT", "CT", "DT-ws")
+    ),
 )
 
 
 @dataclass(frozen=True)
 class Params(CollaParams):
-    bootstrap: int = 2000            # resamples of devices for the effects' intervals
+    bootstrap: int = 2000  # resamples of devices for the effects' intervals
 
     PRESETS = common.presets({"smoke": dict(seeds=1, bootstrap=300), "default": dict(seeds=2), "paper": dict(seeds=3)})
 
@@ -73,13 +76,16 @@ class Runtime:
         self.teacher = CloudTeacher(mrnn.build(params.cloud_config(n), 0), params.device_slots)
         slot_task = common.location_task(p, p.device_slots)
         self.plain = Trainer(self.device_model, slot_task, p.learning_rate)
-        self.distill = Trainer(self.device_model, slot_task, p.learning_rate, hooks=[DistillationHook(self.teacher, p.lam)])
+        self.distill = Trainer(
+            self.device_model, slot_task, p.learning_rate, hooks=[DistillationHook(self.teacher, p.lam)]
+        )
         self.cloud_model = mrnn.build(params.cloud_config(n), 0)
         self.ensemble = ClientEnsemble(self.device_model.get_weights(), len(devices.uids), p.device_slots, n)
         cloud_task = common.location_task(p, n)
         self.ct = Trainer(self.cloud_model, cloud_task, p.learning_rate)
-        self.cloud_distill = Trainer(self.cloud_model, cloud_task, p.learning_rate,
-                                     hooks=[DistillationHook(self.ensemble, p.lam)])
+        self.cloud_distill = Trainer(
+            self.cloud_model, cloud_task, p.learning_rate, hooks=[DistillationHook(self.ensemble, p.lam)]
+        )
 
 
 class Cloud:
@@ -110,11 +116,15 @@ class Cloud:
         labels, table = choose_groups(distances, GROUP_CANDIDATES, self.seed)
         self.base = self._distill(np.arange(len(uploads)), self.base, f"cloud/{cycle}/base")
         groups = np.unique(labels)
-        self.group_models = {int(g): self._distill(np.nonzero(labels == g)[0], self.base, f"cloud/{cycle}/group{g}")
-                             for g in groups} if len(groups) > 1 else {}
+        self.group_models = (
+            {int(g): self._distill(np.nonzero(labels == g)[0], self.base, f"cloud/{cycle}/group{g}") for g in groups}
+            if len(groups) > 1
+            else {}
+        )
         self.group_of = {u.device: int(g) for u, g in zip(uploads, labels)} if len(groups) > 1 else {}
-        return table.assign(cycle=cycle, devices=len(uploads),
-                            group_sizes=" ".join(str(int((labels == g).sum())) for g in groups))
+        return table.assign(
+            cycle=cycle, devices=len(uploads), group_sizes=" ".join(str(int((labels == g).sum())) for g in groups)
+        )
 
 
 @dataclass
@@ -129,9 +139,11 @@ def scores(y: np.ndarray, predicted: np.ndarray) -> dict:
     """Accuracy and the paper's weighted precision and recall (weights: each place's share of the
     test labels). Weighted recall is sum_i w_i TP_i / n_i = sum_i TP_i / n, i.e. accuracy."""
     labels = np.unique(y)
-    return {"accuracy": float(np.mean(predicted == y)),
-            "precision": float(precision_score(y, predicted, labels=labels, average="weighted", zero_division=0)),
-            "recall": float(np.sum([np.sum((predicted == y) & (y == c)) for c in labels]) / len(y))}
+    return {
+        "accuracy": float(np.mean(predicted == y)),
+        "precision": float(precision_score(y, predicted, labels=labels, average="weighted", zero_division=0)),
+        "recall": float(np.sum([np.sum((predicted == y) & (y == c)) for c in labels]) / len(y)),
+    }
 
 
 def _device_predictions(model, state: DeviceState, x: np.ndarray) -> np.ndarray:
@@ -142,7 +154,7 @@ def _device_predictions(model, state: DeviceState, x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class SeedRun:
-    rows: list[dict] = field(default_factory=list)       # per (cycle, device, method): scores
+    rows: list[dict] = field(default_factory=list)  # per (cycle, device, method): scores
     groups: list[pd.DataFrame] = field(default_factory=list)
     boundary: Boundary = field(default_factory=Boundary)
 
@@ -155,8 +167,10 @@ def run_seed(params: Params, devices: Devices, boot: Bootstrapped, rt: Runtime, 
     pull = boot.pull[seed].weights
     pulled_columns = (pull[-2], pull[-1])  # the pulled small model's FC over every place
     dt_init[-1] = np.zeros_like(dt_init[-1])
-    state = {"DT": {u: DeviceState(dt_init, empty) for u in devices.uids},
-             "DT-ws": {u: DeviceState(common.customise(pull, dt_init), empty) for u in devices.uids}}
+    state = {
+        "DT": {u: DeviceState(dt_init, empty) for u in devices.uids},
+        "DT-ws": {u: DeviceState(common.customise(pull, dt_init), empty) for u in devices.uids},
+    }
     state["Colla"] = dict(state["DT-ws"])
     cloud = Cloud(rt, boot.cloud[seed].weights, devices.cloud_data(), seed)
     ct_weights = boot.cloud[seed].weights
@@ -166,8 +180,12 @@ def run_seed(params: Params, devices: Devices, boot: Bootstrapped, rt: Runtime, 
             for uid in devices.uids:
                 s = devices.data.devices[uid]
                 x, y = s.take([cycle])
-                weights, slots = common.grow(state[method][uid].weights, state[method][uid].slot_places, y,
-                                             None if method == "DT" else pulled_columns)
+                weights, slots = common.grow(
+                    state[method][uid].weights,
+                    state[method][uid].slot_places,
+                    y,
+                    None if method == "DT" else pulled_columns,
+                )
                 keep = common.to_slots(slots, y)
                 train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
                 trainer = rt.plain
@@ -176,35 +194,78 @@ def run_seed(params: Params, devices: Devices, boot: Bootstrapped, rt: Runtime, 
                     rt.teacher.assign(list(pulled.parameters), slots)
                     trainer = rt.distill
                 rng = streams.rng(seed, f"client/{method}/{uid}/{cycle}")
-                weights, history = (common.fit_early_stopping(trainer, weights, train, val, p, rng, p.client_max_epochs)
-                                    if len(train[0]) else (weights, []))
+                weights, history = (
+                    common.fit_early_stopping(trainer, weights, train, val, p, rng, p.client_max_epochs)
+                    if len(train[0])
+                    else (weights, [])
+                )
                 state[method][uid] = DeviceState(weights, slots)
                 tx, ty = s.take([cycle + 1])
                 predicted = _device_predictions(rt.device_model, state[method][uid], tx)
-                out.rows.append({"seed": seed, "cycle": cycle, "device": uid, "method": method, **scores(ty, predicted),
-                                 "train_samples": len(x), "test_samples": len(tx), "epochs": len(history),
-                                 "places_held": int((slots >= 0).sum())})
+                out.rows.append(
+                    {
+                        "seed": seed,
+                        "cycle": cycle,
+                        "device": uid,
+                        "method": method,
+                        **scores(ty, predicted),
+                        "train_samples": len(x),
+                        "test_samples": len(tx),
+                        "epochs": len(history),
+                        "places_held": int((slots >= 0).sum()),
+                    }
+                )
         # CT: the cloud trains the heavy model on every device's raw data so far (parts 0..cycle)
         parts = [devices.data.devices[u].take(list(range(cycle + 1))) for u in devices.uids]
         rt.ct.reset(ct_weights)
-        rt.ct.fit((np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])), p.cloud_update_epochs,
-                  p.batch_size, streams.rng(seed, f"ct/{cycle}"))
+        rt.ct.fit(
+            (np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])),
+            p.cloud_update_epochs,
+            p.batch_size,
+            streams.rng(seed, f"ct/{cycle}"),
+        )
         ct_weights = rt.cloud_model.get_weights()
         for uid in devices.uids:
             tx, ty = devices.data.devices[uid].take([cycle + 1])
             predicted = np.argmax(common.logits(rt.cloud_model, tx), axis=-1)
-            out.rows.append({"seed": seed, "cycle": cycle, "device": uid, "method": "CT", **scores(ty, predicted),
-                             "train_samples": sum(len(b) for _, b in parts), "test_samples": len(tx), "epochs": p.cloud_update_epochs,
-                             "places_held": devices.places})
-            out.rows.append({"seed": seed, "cycle": cycle, "device": uid, "method": CONTEXT, **scores(ty, tx[:, -1, 0]),
-                             "train_samples": 0, "test_samples": len(tx), "epochs": 0, "places_held": 0})
+            out.rows.append(
+                {
+                    "seed": seed,
+                    "cycle": cycle,
+                    "device": uid,
+                    "method": "CT",
+                    **scores(ty, predicted),
+                    "train_samples": sum(len(b) for _, b in parts),
+                    "test_samples": len(tx),
+                    "epochs": p.cloud_update_epochs,
+                    "places_held": devices.places,
+                }
+            )
+            out.rows.append(
+                {
+                    "seed": seed,
+                    "cycle": cycle,
+                    "device": uid,
+                    "method": CONTEXT,
+                    **scores(ty, tx[:, -1, 0]),
+                    "train_samples": 0,
+                    "test_samples": len(tx),
+                    "epochs": 0,
+                    "places_held": 0,
+                }
+            )
         # Colla stage 4: every device pushes its model; the cloud updates and regroups
-        uploads = [out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids]
+        uploads = [
+            out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids
+        ]
         out.groups.append(cloud.update(uploads, cycle).assign(seed=seed))
         frame = pd.DataFrame([r for r in out.rows if r["cycle"] == cycle])
         medians = frame.groupby("method").accuracy.median()
-        log(f"seed {seed} cycle {cycle}/{p.cycles}: median accuracy " +
-            ", ".join(f"{m} {medians[m]:.3f}" for m in (*METHODS, CONTEXT)) + f" ({time.perf_counter() - start:.1f}s)")
+        log(
+            f"seed {seed} cycle {cycle}/{p.cycles}: median accuracy "
+            + ", ".join(f"{m} {medians[m]:.3f}" for m in (*METHODS, CONTEXT))
+            + f" ({time.perf_counter() - start:.1f}s)"
+        )
     return out
 
 
@@ -239,9 +300,17 @@ def summary_table(last: pd.DataFrame) -> pd.DataFrame:
     """Table 1's columns per method: best share, mean and median accuracy (means over seeds), and
     the medians of weighted precision and recall."""
     shares = best_shares(last).groupby("method")["best share"].mean()
-    stats = last.groupby(["method", "seed"]).agg(
-        mean_accuracy=("accuracy", "mean"), median_accuracy=("accuracy", "median"),
-        median_precision=("precision", "median"), median_recall=("recall", "median")).groupby("method").mean()
+    stats = (
+        last.groupby(["method", "seed"])
+        .agg(
+            mean_accuracy=("accuracy", "mean"),
+            median_accuracy=("accuracy", "median"),
+            median_precision=("precision", "median"),
+            median_recall=("recall", "median"),
+        )
+        .groupby("method")
+        .mean()
+    )
     stats["best share"] = shares
     order = [m for m in (*METHODS, CONTEXT) if m in stats.index]
     return stats.loc[order].reset_index()
@@ -255,14 +324,25 @@ def model_sizes(params: Params, devices: Devices) -> pd.DataFrame:
     """C1: parameter counts of both models at the paper's 368 places and at ours."""
     rows = []
     for label, n in (("paper's |V| = 368", 368), (f"ours, |V| = {devices.places}", devices.places)):
-        for model, config in (("cloud (heavy)", params.cloud_config(n)), ("device (light, FC over every place)",
-                                                                           params.device_config(n, customised=False))):
-            rows.append({"places": label, "model": model, "embedding": config.embedding_dim,
-                         "hidden": config.hidden_units, **mrnn.parameter_count(config)})
+        for model, config in (
+            ("cloud (heavy)", params.cloud_config(n)),
+            ("device (light, FC over every place)", params.device_config(n, customised=False)),
+        ):
+            rows.append(
+                {
+                    "places": label,
+                    "model": model,
+                    "embedding": config.embedding_dim,
+                    "hidden": config.hidden_units,
+                    **mrnn.parameter_count(config),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def conclude(params: Params, devices: Devices, boot: Bootstrapped, runs: list[SeedRun], wall_time_s: float) -> record.Result:
+def conclude(
+    params: Params, devices: Devices, boot: Bootstrapped, runs: list[SeedRun], wall_time_s: float
+) -> record.Result:
     cycles = cycles_table(runs)
     last = final(cycles)
     summary = summary_table(last)
@@ -278,32 +358,55 @@ def conclude(params: Params, devices: Devices, boot: Bootstrapped, runs: list[Se
             per_seed[f"median accuracy, {m}"].append(float(acc.median()))
             per_seed[f"mean accuracy, {m}"].append(float(acc.mean()))
         per_seed["share of devices where Colla is best"].append(
-            float(shares[(shares.seed == seed) & (shares.method == "Colla")]["best share"].iloc[0]))
+            float(shares[(shares.seed == seed) & (shares.method == "Colla")]["best share"].iloc[0])
+        )
         chosen = groups[(groups.seed == seed) & (groups.cycle == params.cycles) & groups.chosen]
         per_seed["groups chosen at the last update"].append(float(chosen.K.iloc[0]) if len(chosen) else 1.0)
     headline = {q: claims.headline(v, resolution=1.0 if q.startswith("groups") else 0.0) for q, v in per_seed.items()}
     counted = sizes.set_index(["places", "model"]).total
     ours = {q: h["value"] for q, h in headline.items()}
     ours["parameters, cloud model (|V| = 368)"] = float(counted[("paper's |V| = 368", "cloud (heavy)")])
-    ours["parameters, device model (|V| = 368)"] = float(counted[("paper's |V| = 368", "device (light, FC over every place)")])
-    wide = {m: last[last.method == m].pivot(index="seed", columns="device", values="accuracy").to_numpy() for m in METHODS}
+    ours["parameters, device model (|V| = 368)"] = float(
+        counted[("paper's |V| = 368", "device (light, FC over every place)")]
+    )
+    wide = {
+        m: last[last.method == m].pivot(index="seed", columns="device", values="accuracy").to_numpy() for m in METHODS
+    }
     measured = {f"Colla is more accurate than {m}": (wide["Colla"], wide[m]) for m in ("DT", "CT", "DT-ws")}
     effects = claims.effects_table(PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
-    tables = {"data": devices.table(), "cycles": cycles.drop(columns=["train_samples"]),
-              "summary": summary, "best_shares": shares, "groups": groups, "model_sizes": sizes,
-              "bootstrap_training": boot.history(), "model_cache": boot.cache(),
-              "headline": claims.headline_table(headline), "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
-              "effects": effects}
+    tables = {
+        "data": devices.table(),
+        "cycles": cycles.drop(columns=["train_samples"]),
+        "summary": summary,
+        "best_shares": shares,
+        "groups": groups,
+        "model_sizes": sizes,
+        "bootstrap_training": boot.history(),
+        "model_cache": boot.cache(),
+        "headline": claims.headline_table(headline),
+        "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
+        "effects": effects,
+    }
     crossings = [r.boundary.log for r in runs]
     return record.Result(
-        experiment=NAME, params=params.to_dict(), tables=tables, headline=headline, data=[devices.summary()],
-        stand_in_data=None, wall_time_s=wall_time_s,
-        notes={"devices": len(devices.uids), "devices_excluded": len(devices.data.excluded), "places": devices.places,
-               "seeds": params.seed_list, "uploads": sum(1 for log in crossings for c in log if c[0] == "up"),
-               "downloads": sum(1 for log in crossings for c in log if c[0] == "down"),
-               "parameters_uploaded": sum(sum(u.size for d, _, u in log if d == "up") for log in crossings),
-               "cloud_models_from_cache": {s: e.hit for s, e in boot.cloud.items()},
-               "limitation": common.LIMITED_DEVICES.format(n=len(devices.uids))},
+        experiment=NAME,
+        params=params.to_dict(),
+        tables=tables,
+        headline=headline,
+        data=[devices.summary()],
+        stand_in_data=None,
+        wall_time_s=wall_time_s,
+        notes={
+            "devices": len(devices.uids),
+            "devices_excluded": len(devices.data.excluded),
+            "places": devices.places,
+            "seeds": params.seed_list,
+            "uploads": sum(1 for log in crossings for c in log if c[0] == "up"),
+            "downloads": sum(1 for log in crossings for c in log if c[0] == "down"),
+            "parameters_uploaded": sum(sum(u.size for d, _, u in log if d == "up") for log in crossings),
+            "cloud_models_from_cache": {s: e.hit for s, e in boot.cloud.items()},
+            "limitation": common.LIMITED_DEVICES.format(n=len(devices.uids)),
+        },
     )
 
 
@@ -327,8 +430,15 @@ def plot_cdfs(last: pd.DataFrame):
     for ax, metric in zip(axes, ("accuracy", "precision", "recall")):
         for m in (*METHODS, CONTEXT):
             values = np.sort(last[last.method == m][metric].to_numpy())
-            ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=COLOURS[m],
-                    ls="--" if m == CONTEXT else "-", lw=2 if m == "Colla" else 1.3, label=m)
+            ax.step(
+                values,
+                np.arange(1, len(values) + 1) / len(values),
+                where="post",
+                color=COLOURS[m],
+                ls="--" if m == CONTEXT else "-",
+                lw=2 if m == "Colla" else 1.3,
+                label=m,
+            )
         ax.set(xlabel=f"{'weighted ' if metric != 'accuracy' else ''}{metric}", xlim=(0, 1))
     axes[0].set_ylabel("share of devices")
     axes[-1].legend(frameon=False, loc="lower right")
@@ -341,13 +451,19 @@ def plot_cycles(cycles: pd.DataFrame):
     """Fig. 8: median accuracy over devices after each update, per method (mean over seeds)."""
     import matplotlib.pyplot as plt
 
-    medians = cycles.groupby(["method", "seed", "cycle"]).accuracy.median().groupby(["method", "cycle"]).mean().reset_index()
+    medians = (
+        cycles.groupby(["method", "seed", "cycle"]).accuracy.median().groupby(["method", "cycle"]).mean().reset_index()
+    )
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for m in (*METHODS, CONTEXT):
         d = medians[medians.method == m]
         ax.plot(d.cycle, d.accuracy, marker="o", color=COLOURS[m], ls="--" if m == CONTEXT else "-", label=m)
-    ax.set(xlabel="update cycle", ylabel="median accuracy over devices", xticks=sorted(medians.cycle.unique()),
-           title="Accuracy after each update")
+    ax.set(
+        xlabel="update cycle",
+        ylabel="median accuracy over devices",
+        xticks=sorted(medians.cycle.unique()),
+        title="Accuracy after each update",
+    )
     ax.legend(frameon=False)
     fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ data and the same number of steps, reported as ratios within this run. The devic
 Colla's client update (customised FC, dual distillation with the pulled cloud model inside the
 step) is exported as a trainable TFLite file and trained through the interpreter beside TensorFlow.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,12 +23,12 @@ import pandas as pd
 from ondevice import streams
 from ondevice.device import tflite
 from ondevice.models import mrnn
-from ondevice.report import claims, record
-from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-from ondevice.training.trainer import StepTimer, Trainer
 from ondevice.papers.colla import common
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
+from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
+from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.report import claims, record
+from ondevice.training.trainer import StepTimer, Trainer
 
 NAME = "colla_cost"
 APPROACHES = ("Same-Whole", "Same-FC", "Customization")
@@ -38,48 +39,76 @@ PAPER = claims.Paper(
     numbers=(
         claims.PaperNumber("parameters uploaded per update, Same-Whole", 11_868, SOURCE),
         claims.PaperNumber("parameters uploaded per update, Same-FC", 6_256, SOURCE),
-        claims.PaperNumber("parameters uploaded per update, Customization", 130_000, "Sec. 5.4: 520 KB = 130,000 x 4 B"),
+        claims.PaperNumber(
+            "parameters uploaded per update, Customization", 130_000, "Sec. 5.4: 520 KB = 130,000 x 4 B"
+        ),
         claims.PaperNumber("inference FLOPs, Same (relative)", 1.0, "Fig. 11c"),
         claims.PaperNumber("inference FLOPs, Customization (relative to Same)", 0.5, "Sec. 5.4: 'nearly halved'"),
     ),
     effects=(
-        claims.Effect("Same-FC uploads fewer parameters than Same-Whole",
-                      "parameters uploaded per update, Same-Whole", "parameters uploaded per update, Same-FC"),
-        claims.Effect("Customization needs fewer inference FLOPs than Same",
-                      "inference FLOPs, Same (relative)", "inference FLOPs, Customization (relative to Same)"),
+        claims.Effect(
+            "Same-FC uploads fewer parameters than Same-Whole",
+            "parameters uploaded per update, Same-Whole",
+            "parameters uploaded per update, Same-FC",
+        ),
+        claims.Effect(
+            "Customization needs fewer inference FLOPs than Same",
+            "inference FLOPs, Same (relative)",
+            "inference FLOPs, Customization (relative to Same)",
+        ),
     ),
 )
 # Timing claims judged apart (not bit-reproducible): better = Same-Whole's time, worse = the other's.
 PAPER_TIME = claims.Paper(
     citation=PAPER.citation,
-    numbers=(claims.PaperNumber("training time, Same-Whole (relative)", 1.0, "Fig. 12a"),
-             claims.PaperNumber("training time, Customization (relative to Same-Whole)", 0.1,
-                                "Sec. 5.4: 'order of magnitude smaller' (2.42 min on a phone)"),
-             claims.PaperNumber("training time, Same-FC (relative to Same-Whole)", 0.1, "Fig. 12a, read as Customization")),
-    effects=(claims.Effect("Customization trains faster than Same-Whole", "training time, Same-Whole (relative)",
-                           "training time, Customization (relative to Same-Whole)"),
-             claims.Effect("Same-FC trains faster than Same-Whole", "training time, Same-Whole (relative)",
-                           "training time, Same-FC (relative to Same-Whole)")),
+    numbers=(
+        claims.PaperNumber("training time, Same-Whole (relative)", 1.0, "Fig. 12a"),
+        claims.PaperNumber(
+            "training time, Customization (relative to Same-Whole)",
+            0.1,
+            "Sec. 5.4: 'order of magnitude smaller' (2.42 min on a phone)",
+        ),
+        claims.PaperNumber("training time, Same-FC (relative to Same-Whole)", 0.1, "Fig. 12a, read as Customization"),
+    ),
+    effects=(
+        claims.Effect(
+            "Customization trains faster than Same-Whole",
+            "training time, Same-Whole (relative)",
+            "training time, Customization (relative to Same-Whole)",
+        ),
+        claims.Effect(
+            "Same-FC trains faster than Same-Whole",
+            "training time, Same-Whole (relative)",
+            "training time, Same-FC (relative to Same-Whole)",
+        ),
+    ),
 )
-_TIMING_COLUMNS = {"our change": "our change (training time)", "ci low": "ci low (training time)",
-                   "ci high": "ci high (training time)", "users improved": "devices faster (training time)",
-                   "users worse": "devices slower (training time)", "sign test p": "sign test p (training time)",
-                   "verdict": "verdict (training time)"}
+_TIMING_COLUMNS = {
+    "our change": "our change (training time)",
+    "ci low": "ci low (training time)",
+    "ci high": "ci high (training time)",
+    "users improved": "devices faster (training time)",
+    "users worse": "devices slower (training time)",
+    "sign test p": "sign test p (training time)",
+    "verdict": "verdict (training time)",
+}
 
 
 @dataclass(frozen=True)
 class Params(CollaParams):
-    timing_devices: int = 8          # devices whose cycle-1 update is timed under each approach
-    timing_epochs: int = 4           # epochs per timed update (the same steps for every approach)
-    warmup_steps: int = 5            # steps excluded from the steady-state step time
-    tflite_check_steps: int = 5      # client-update steps run both in TF and through the TFLite interpreter
+    timing_devices: int = 8  # devices whose cycle-1 update is timed under each approach
+    timing_epochs: int = 4  # epochs per timed update (the same steps for every approach)
+    warmup_steps: int = 5  # steps excluded from the steady-state step time
+    tflite_check_steps: int = 5  # client-update steps run both in TF and through the TFLite interpreter
     bootstrap: int = 2000
 
-    PRESETS = common.presets({
-        "smoke": dict(timing_devices=3, timing_epochs=4, warmup_steps=2, tflite_check_steps=3, bootstrap=300),
-        "default": dict(timing_devices=8, timing_epochs=6),
-        "paper": dict(timing_devices=20, timing_epochs=10),
-    })
+    PRESETS = common.presets(
+        {
+            "smoke": dict(timing_devices=3, timing_epochs=4, warmup_steps=2, tflite_check_steps=3, bootstrap=300),
+            "default": dict(timing_devices=8, timing_epochs=6),
+            "paper": dict(timing_devices=20, timing_epochs=10),
+        }
+    )
 
     def check(self) -> None:
         super().check()
@@ -109,11 +138,18 @@ def counted_costs(params: Params, devices: Devices) -> pd.DataFrame:
     whole, fc = mrnn.parameter_count(same)["total"], mrnn.parameter_count(same)["fc"]
     rows = []
     for r in places_per_cycle(params, devices).itertuples():
-        rows.append({"device": r.device, "cycle": r.cycle, "places_held": r.places_held,
-                     "upload Same-Whole": whole, "upload Same-FC": fc,
-                     "upload Customization": mrnn.parameter_count(same, r.places_held)["fc"],
-                     "flops Same": mrnn.inference_flops(same),
-                     "flops Customization": mrnn.inference_flops(same, r.places_held)})
+        rows.append(
+            {
+                "device": r.device,
+                "cycle": r.cycle,
+                "places_held": r.places_held,
+                "upload Same-Whole": whole,
+                "upload Same-FC": fc,
+                "upload Customization": mrnn.parameter_count(same, r.places_held)["fc"],
+                "flops Same": mrnn.inference_flops(same),
+                "flops Customization": mrnn.inference_flops(same, r.places_held),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -134,22 +170,38 @@ def training_times(params: Params, devices: Devices, boot: Bootstrapped, log=pri
     custom_model = mrnn.build(p.device_config(devices.places), 0)
     trainers = {
         "Same-Whole": Trainer(same_model, common.location_task(p, devices.places), p.learning_rate),
-        "Same-FC": Trainer(same_model, common.location_task(p, devices.places), p.learning_rate, hooks=[FineTune("fc")]),
-        "Customization": Trainer(custom_model, common.location_task(p, p.device_slots), p.learning_rate,
-                                 hooks=[FineTune("fc")]),
+        "Same-FC": Trainer(
+            same_model, common.location_task(p, devices.places), p.learning_rate, hooks=[FineTune("fc")]
+        ),
+        "Customization": Trainer(
+            custom_model, common.location_task(p, p.device_slots), p.learning_rate, hooks=[FineTune("fc")]
+        ),
     }
     template = custom_model.get_weights()
     rows = []
     for uid in devices.uids[: p.timing_devices]:
         x, y = devices.data.devices[uid].take([1])
-        custom, slots = common.grow(common.customise(pull, template), np.full(p.device_slots, -1), y, (pull[-2], pull[-1]))
-        data = {"Same-Whole": (pull, (x, y)), "Same-FC": (pull, (x, y)),
-                "Customization": (custom, (x, common.to_slots(slots, y)))}
+        custom, slots = common.grow(
+            common.customise(pull, template), np.full(p.device_slots, -1), y, (pull[-2], pull[-1])
+        )
+        data = {
+            "Same-Whole": (pull, (x, y)),
+            "Same-FC": (pull, (x, y)),
+            "Customization": (custom, (x, common.to_slots(slots, y))),
+        }
         for approach in APPROACHES:
             weights, d = data[approach]
             steps, step_s = _timed_update(trainers[approach], weights, d, p, streams.rng(seed, f"timing/{uid}"))
-            rows.append({"device": uid, "approach": approach, "samples": len(x), "steps": steps,
-                         "steady_step_seconds": step_s, "train_time_seconds": step_s * steps})
+            rows.append(
+                {
+                    "device": uid,
+                    "approach": approach,
+                    "samples": len(x),
+                    "steps": steps,
+                    "steady_step_seconds": step_s,
+                    "train_time_seconds": step_s * steps,
+                }
+            )
         log(f"timed device {uid}: " + ", ".join(f"{r['approach']} ({r['train_time_seconds']:.1f}s)" for r in rows[-3:]))
     return pd.DataFrame(rows)
 
@@ -164,21 +216,31 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     pull = boot.pull[seed].weights
     model = mrnn.build(p.device_config(devices.places), 0)
     x, y = devices.data.devices[devices.uids[0]].take([1])
-    weights, slots = common.grow(common.customise(pull, model.get_weights()), np.full(p.device_slots, -1), y,
-                                 (pull[-2], pull[-1]))
+    weights, slots = common.grow(
+        common.customise(pull, model.get_weights()), np.full(p.device_slots, -1), y, (pull[-2], pull[-1])
+    )
     model.set_weights(weights)
     teacher = CloudTeacher(mrnn.build(p.cloud_config(devices.places), 0), p.device_slots)
     teacher.assign(boot.cloud[seed].weights, slots)
     task = common.location_task(p, p.device_slots)
     batches = list(task.batches((x, common.to_slots(slots, y)), p.batch_size, streams.rng(seed, "diagnostics/tflite")))
-    check = tflite.compare_training(model, task, p.learning_rate, batches[: p.tflite_check_steps],
-                                    hooks=[DistillationHook(teacher, p.lam)])
-    table = pd.DataFrame({"step": range(1, len(check["tflite"]) + 1), "loss_tensorflow": check["tensorflow"],
-                          "loss_tflite": check["tflite"]})
+    check = tflite.compare_training(
+        model, task, p.learning_rate, batches[: p.tflite_check_steps], hooks=[DistillationHook(teacher, p.lam)]
+    )
+    table = pd.DataFrame(
+        {
+            "step": range(1, len(check["tflite"]) + 1),
+            "loss_tensorflow": check["tensorflow"],
+            "loss_tflite": check["tflite"],
+        }
+    )
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
     table.attrs["max_output_difference"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
-    log(f"on-device check: {len(table)} client-update steps through the TFLite interpreter, max |loss difference| "
-        f"{table.abs_difference.max():.2e}, max |output difference| after them {table.attrs['max_output_difference']:.2e}")
+    log(
+        f"on-device check: {len(table)} client-update steps through the TFLite interpreter, max |loss difference| "
+        f"{table.abs_difference.max():.2e}, max |output difference| after them "
+        f"{table.attrs['max_output_difference']:.2e}"
+    )
     return table, check["flatbuffer"]
 
 
@@ -186,46 +248,98 @@ def _per_device(costs: pd.DataFrame, column: str) -> np.ndarray:
     return costs[costs.cycle == costs.cycle.max()].sort_values("device")[column].to_numpy(float)[None, :]
 
 
-def conclude(params: Params, devices: Devices, boot: Bootstrapped, costs: pd.DataFrame, times: pd.DataFrame,
-             on_device_table, flatbuffer, wall_time_s: float) -> record.Result:
+def conclude(
+    params: Params,
+    devices: Devices,
+    boot: Bootstrapped,
+    costs: pd.DataFrame,
+    times: pd.DataFrame,
+    on_device_table,
+    flatbuffer,
+    wall_time_s: float,
+) -> record.Result:
     last = costs[costs.cycle == costs.cycle.max()]
     flops_ratio = last["flops Customization"] / last["flops Same"]
     headline = {
         "parameters uploaded per update, Same-Whole": claims.headline([float(last["upload Same-Whole"].median())]),
         "parameters uploaded per update, Same-FC": claims.headline([float(last["upload Same-FC"].median())]),
-        "parameters uploaded per update, Customization": claims.headline([float(last["upload Customization"].median())]),
+        "parameters uploaded per update, Customization": claims.headline(
+            [float(last["upload Customization"].median())]
+        ),
         "inference FLOPs, Same (relative)": claims.headline([1.0]),
         "inference FLOPs, Customization (relative to Same)": claims.headline([float(flops_ratio.median())]),
     }
-    measured = {"Same-FC uploads fewer parameters than Same-Whole":
-                (_per_device(costs, "upload Same-Whole"), _per_device(costs, "upload Same-FC")),
-                "Customization needs fewer inference FLOPs than Same":
-                (_per_device(costs, "flops Same"), _per_device(costs, "flops Customization"))}
+    measured = {
+        "Same-FC uploads fewer parameters than Same-Whole": (
+            _per_device(costs, "upload Same-Whole"),
+            _per_device(costs, "upload Same-FC"),
+        ),
+        "Customization needs fewer inference FLOPs than Same": (
+            _per_device(costs, "flops Same"),
+            _per_device(costs, "flops Customization"),
+        ),
+    }
     effects = claims.effects_table(PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
     wide = times.pivot(index="device", columns="approach", values="train_time_seconds")
     timing_effects = claims.effects_table(
-        PAPER_TIME, {"Customization trains faster than Same-Whole": (wide["Same-Whole"].to_numpy()[None], wide["Customization"].to_numpy()[None]),
-                     "Same-FC trains faster than Same-Whole": (wide["Same-Whole"].to_numpy()[None], wide["Same-FC"].to_numpy()[None])},
-        streams.rng(params.seed, "bootstrap/time"), n_boot=params.bootstrap).rename(columns=_TIMING_COLUMNS)
+        PAPER_TIME,
+        {
+            "Customization trains faster than Same-Whole": (
+                wide["Same-Whole"].to_numpy()[None],
+                wide["Customization"].to_numpy()[None],
+            ),
+            "Same-FC trains faster than Same-Whole": (
+                wide["Same-Whole"].to_numpy()[None],
+                wide["Same-FC"].to_numpy()[None],
+            ),
+        },
+        streams.rng(params.seed, "bootstrap/time"),
+        n_boot=params.bootstrap,
+    ).rename(columns=_TIMING_COLUMNS)
     ratios = {a: float(np.median(wide[a] / wide["Same-Whole"])) for a in APPROACHES}
-    time_table = pd.DataFrame([{"approach": a, "median train time seconds": float(wide[a].median()),
-                                "time ratio to Same-Whole": ratios[a],
-                                "paper time ratio to Same-Whole": {"Same-Whole": 1.0, "Same-FC": None, "Customization": 0.1}[a]}
-                               for a in APPROACHES])
-    tables = {"data": devices.table(), "costs": costs, "training_time": times, "time_ratios": time_table,
-              "timing_effects": timing_effects, "bootstrap_training": boot.history(), "model_cache": boot.cache(),
-              "headline": claims.headline_table(headline),
-              "paper_vs_ours": claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()}),
-              "effects": effects}
+    time_table = pd.DataFrame(
+        [
+            {
+                "approach": a,
+                "median train time seconds": float(wide[a].median()),
+                "time ratio to Same-Whole": ratios[a],
+                "paper time ratio to Same-Whole": {"Same-Whole": 1.0, "Same-FC": None, "Customization": 0.1}[a],
+            }
+            for a in APPROACHES
+        ]
+    )
+    tables = {
+        "data": devices.table(),
+        "costs": costs,
+        "training_time": times,
+        "time_ratios": time_table,
+        "timing_effects": timing_effects,
+        "bootstrap_training": boot.history(),
+        "model_cache": boot.cache(),
+        "headline": claims.headline_table(headline),
+        "paper_vs_ours": claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()}),
+        "effects": effects,
+    }
     if on_device_table is not None:
         tables["on_device"] = on_device_table
     return record.Result(
-        experiment=NAME, params=params.to_dict(), tables=tables, headline=headline, data=[devices.summary()],
-        stand_in_data=None, wall_time_s=wall_time_s,
+        experiment=NAME,
+        params=params.to_dict(),
+        tables=tables,
+        headline=headline,
+        data=[devices.summary()],
+        stand_in_data=None,
+        wall_time_s=wall_time_s,
         models={"colla_client_update_trainable.tflite": flatbuffer} if flatbuffer else {},
-        notes={"devices": len(devices.uids), "places": devices.places, "timed_devices": int(times.device.nunique()),
-               "time_ratio_to_same_whole (volatile)": ratios,
-               "tflite_max_output_difference": on_device_table.attrs["max_output_difference"] if on_device_table is not None else None},
+        notes={
+            "devices": len(devices.uids),
+            "places": devices.places,
+            "timed_devices": int(times.device.nunique()),
+            "time_ratio_to_same_whole (volatile)": ratios,
+            "tflite_max_output_difference": on_device_table.attrs["max_output_difference"]
+            if on_device_table is not None
+            else None,
+        },
     )
 
 
@@ -249,21 +363,37 @@ def plot_costs(costs: pd.DataFrame, times: pd.DataFrame):
     med = costs.groupby("cycle").median(numeric_only=True)
     for a in APPROACHES:
         axes[0].plot(med.index, med[f"upload {a}"], marker="o", color=colours[a], label=a)
-    axes[0].set(yscale="log", xlabel="update cycle", ylabel="parameters uploaded (median device)",
-                xticks=list(med.index), title="Upload per update")
+    axes[0].set(
+        yscale="log",
+        xlabel="update cycle",
+        ylabel="parameters uploaded (median device)",
+        xticks=list(med.index),
+        title="Upload per update",
+    )
     axes[0].legend(frameon=False)
     axes[1].plot(med.index, med["flops Same"], marker="o", color=colours["Same-Whole"], label="Same-Whole / Same-FC")
-    axes[1].plot(med.index, med["flops Customization"], marker="o", color=colours["Customization"], label="Customization")
-    axes[1].set(xlabel="update cycle", ylabel="FLOPs per prediction (median device)", xticks=list(med.index),
-                title="Inference cost")
+    axes[1].plot(
+        med.index, med["flops Customization"], marker="o", color=colours["Customization"], label="Customization"
+    )
+    axes[1].set(
+        xlabel="update cycle",
+        ylabel="FLOPs per prediction (median device)",
+        xticks=list(med.index),
+        title="Inference cost",
+    )
     axes[1].legend(frameon=False)
     wide = times.pivot(index="device", columns="approach", values="train_time_seconds")
     for i, a in enumerate(APPROACHES):
         r = wide[a] / wide["Same-Whole"]
         axes[2].scatter(np.full(len(r), i), r, color=colours[a])
     axes[2].axhline(0.1, color="0.6", ls="--", lw=1, label="paper: ~10x less (Customization)")
-    axes[2].set(xticks=range(3), xticklabels=APPROACHES, ylabel="training time / Same-Whole", ylim=(0, None),
-                title="Measured training time (host CPU)")
+    axes[2].set(
+        xticks=range(3),
+        xticklabels=APPROACHES,
+        ylabel="training time / Same-Whole",
+        ylim=(0, None),
+        title="Measured training time (host CPU)",
+    )
     axes[2].legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@ model's parameters and the place id of each FC slot, needed to pad its outputs) 
 map only, copy them, and are logged, so a test can check that no device sample ever reached the
 cloud side. The CT baseline uploads raw data by definition and does not use this boundary.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,8 @@ def _params(arrays) -> tuple[np.ndarray, ...]:
 @dataclass(frozen=True)
 class Upload:
     device: str
-    parameters: tuple[np.ndarray, ...]   # the client model's weights (what the cloud needs of them)
-    slot_places: np.ndarray              # place id per FC slot, -1 = off
+    parameters: tuple[np.ndarray, ...]  # the client model's weights (what the cloud needs of them)
+    slot_places: np.ndarray  # place id per FC slot, -1 = off
 
     def __post_init__(self):
         object.__setattr__(self, "parameters", _params(self.parameters))

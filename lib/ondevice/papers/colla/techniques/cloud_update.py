@@ -7,6 +7,7 @@ own data. All client models have the same shape (customised FC = switchable slot
 at once, stacked (`models.mrnn.stacked_probabilities`); `members` weights which of them teach (a
 group, or all for the base cloud model).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,9 @@ class ClientEnsemble(tf.Module):
 
     def __init__(self, client_weights_template: list[np.ndarray], max_clients: int, slots: int, places: int):
         super().__init__(name="client_ensemble")
-        self.weights = [tf.Variable(tf.zeros([max_clients, *w.shape]), trainable=False) for w in client_weights_template]
+        self.weights = [
+            tf.Variable(tf.zeros([max_clients, *w.shape]), trainable=False) for w in client_weights_template
+        ]
         self.placement = tf.Variable(tf.zeros([max_clients, slots, places]), trainable=False)
         self.members = tf.Variable(tf.zeros([max_clients]), trainable=False)
         self.max_clients = max_clients

@@ -8,6 +8,7 @@ the pulled cloud model: its probabilities over every place, restricted to the de
 switched-on FC slots) and renormalised, because the customised FC knows only those. The teacher
 runs inside the training step, so the same step (and the exported TFLite file) holds it.
 """
+
 from __future__ import annotations
 
 import numpy as np

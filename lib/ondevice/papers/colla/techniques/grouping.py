@@ -8,6 +8,7 @@ clusters through its `preference`; for each K of {2, 3, 5, 10} (those below the 
 clients) a bisection on the preference looks for exactly K clusters, and the K with the highest
 silhouette coefficient wins, the paper's brute-force choice.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -24,7 +25,7 @@ def output_distances(ensemble, cloud_x: np.ndarray, clients: int, batch_size: in
     """[clients, clients] symmetrised cross-entropy of the clients' outputs on the cloud data."""
     ce = np.zeros((clients, clients))
     for i in range(0, len(cloud_x), batch_size):
-        p = ensemble.padded(cloud_x[i: i + batch_size]).numpy()[:clients]  # [clients, batch, places]
+        p = ensemble.padded(cloud_x[i : i + batch_size]).numpy()[:clients]  # [clients, batch, places]
         ce += -np.einsum("ibv,jbv->ij", p, np.log(p + EPS))
     ce /= len(cloud_x)
     d = (ce + ce.T) / 2
@@ -42,7 +43,7 @@ def _ap(similarity: np.ndarray, preference: float, seed: int) -> np.ndarray:
 def clusters_of_size(distances: np.ndarray, k: int, seed: int, steps: int = 40) -> np.ndarray | None:
     """Affinity Propagation labels with exactly k clusters, or None if the bisection finds none."""
     similarity = -distances
-    lo, hi = 2 * similarity.min(), 0.0   # few clusters ... one per client
+    lo, hi = 2 * similarity.min(), 0.0  # few clusters ... one per client
     for _ in range(steps):
         mid = (lo + hi) / 2
         labels = _ap(similarity, mid, seed)

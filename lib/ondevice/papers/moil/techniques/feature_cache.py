@@ -2,6 +2,7 @@
 computes the same feature map for a sample in every epoch, so it runs once per sample (training
 and evaluation sets), the maps are stored on disk and the head trains from them. The cache is a
 `.npy` file read memory-mapped, so it need not fit in memory."""
+
 from __future__ import annotations
 
 import os
@@ -15,21 +16,25 @@ import tf_keras as keras
 from ondevice.training.trainer import Hook, StepTimer
 
 
-def build(frozen: keras.Model, x: np.ndarray, path: Path, batch_size: int, timer: StepTimer | None = None) -> np.ndarray:
+def build(
+    frozen: keras.Model, x: np.ndarray, path: Path, batch_size: int, timer: StepTimer | None = None
+) -> np.ndarray:
     """Run `frozen` (inference mode, compiled) once over x and store the feature maps at `path`
     (written to a temporary file and renamed, so an interrupted build leaves no cache); returns
     them memory-mapped, read-only. `timer` receives each batch's seconds (the caching pass's cost)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     shape = (len(x), *frozen.output_shape[1:])
-    forward = tf.function(lambda batch: frozen(batch, training=False),
-                          input_signature=[tf.TensorSpec([None, *frozen.input_shape[1:]], frozen.inputs[0].dtype)])
+    forward = tf.function(
+        lambda batch: frozen(batch, training=False),
+        input_signature=[tf.TensorSpec([None, *frozen.input_shape[1:]], frozen.inputs[0].dtype)],
+    )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
         for i in range(0, len(x), batch_size):
             start = time.perf_counter()
-            out[i: i + batch_size] = forward(np.asarray(x[i: i + batch_size])).numpy()
+            out[i : i + batch_size] = forward(np.asarray(x[i : i + batch_size])).numpy()
             if timer is not None:
                 timer.add(time.perf_counter() - start)
         out.flush()
@@ -63,5 +68,9 @@ def size_report(features: np.ndarray, raw_bytes_per_sample: int) -> dict:
     """Cached vs raw storage per sample (thesis footnotes 5 and 6 / M6); `raw / cached` > 1 means
     the cache is smaller than the raw input."""
     cached = bytes_per_sample(features)
-    return {"feature_shape": "x".join(str(d) for d in features.shape[1:]), "cached_bytes_per_sample": cached,
-            "raw_bytes_per_sample": int(raw_bytes_per_sample), "raw / cached": raw_bytes_per_sample / cached}
+    return {
+        "feature_shape": "x".join(str(d) for d in features.shape[1:]),
+        "cached_bytes_per_sample": cached,
+        "raw_bytes_per_sample": int(raw_bytes_per_sample),
+        "raw / cached": raw_bytes_per_sample / cached,
+    }

@@ -2,6 +2,7 @@
 per-class uniform sample of a fraction alpha of the global set, so incremental training keeps
 seeing every global class and does not forget it. alpha = 0 is local data only (catastrophic
 forgetting); alpha = 1 is all of both."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +19,9 @@ def sampling_class(labels: np.ndarray) -> np.ndarray:
     positive = labels > 0
     empty = ~positive.any(axis=1)
     if empty.any():
-        raise ValueError(f"{int(empty.sum())} multi-hot rows have no positive label (first: row {int(np.argmax(empty))})")
+        raise ValueError(
+            f"{int(empty.sum())} multi-hot rows have no positive label (first: row {int(np.argmax(empty))})"
+        )
     return positive.argmax(axis=1).astype(np.int64)
 
 
@@ -41,8 +44,10 @@ def mix(local: tuple, global_: tuple, alpha: float, rng: np.random.Generator) ->
     be in one label space (the union of global and local classes)."""
     (xl, yl), (xg, yg) = local, global_
     if np.shape(xl)[1:] != np.shape(xg)[1:] or np.ndim(yl) != np.ndim(yg):
-        raise ValueError(f"local and global data differ in shape: inputs {np.shape(xl)[1:]} vs {np.shape(xg)[1:]}, "
-                         f"labels {np.ndim(yl)}-D vs {np.ndim(yg)}-D")
+        raise ValueError(
+            f"local and global data differ in shape: inputs {np.shape(xl)[1:]} vs {np.shape(xg)[1:]}, "
+            f"labels {np.ndim(yl)}-D vs {np.ndim(yg)}-D"
+        )
     idx = sample_global(yg, alpha, rng)
     xl, yl = np.asarray(xl), np.asarray(yl)
     return np.concatenate([xl, np.asarray(xg[idx], xl.dtype)]), np.concatenate([yl, np.asarray(yg[idx], yl.dtype)])

@@ -9,6 +9,7 @@ The frozen layers are also marked non-trainable on the model, so that their batc
 runs with its moving statistics during training: a frozen unit is then a fixed function of its
 input, as eq. 4.3 and feature-map caching need. Build a fresh model for each configuration.
 """
+
 from __future__ import annotations
 
 from typing import Callable
