@@ -1,6 +1,6 @@
 """Scale-out measurement: how the per-user personalization of DeepType spreads over workers.
 
-    python -m ondevice.papers.deeptype.experiments.scaleout_bench --scale default --workers 1 2 [--compare] [--out DIR]
+    python -m ondevice.papers.deeptype.scaleout_bench --scale default --workers 1 2 [--compare] [--out DIR]
 
 Printed and written as CSV (timings depend on the machine): with `--compare`, Ray against Dask
 here (start-up, per-job overhead on a reused and a fresh worker, memory), the numbers the engine
