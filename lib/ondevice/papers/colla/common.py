@@ -66,7 +66,7 @@ class CollaParams(Params):
     device_hidden: int = 16
     device_slots: int = 96  # capacity of the customised FC (places a device can hold)
     lam: float = 0.5  # lambda_d = lambda_c (paper: 0.5)
-    learning_rate: float = 0.01  # Adam (paper: 0.1, see README)
+    learning_rate: float = 0.01  # Adam (paper: 0.1; the choice is stated in the notebook)
     batch_size: int = 32  # paper: 32
     cloud_epochs: int = 30  # bootstrapping the cloud model
     pull_epochs: int = 30  # first pull: distilling the cloud model into the small one
