@@ -94,8 +94,14 @@ def deeptype_personal_data_sanity(out: Path) -> None:
 
 def colla_sanity(out: Path) -> None:
     cycles = pd.read_csv(out / "tables" / "cycles.csv", dtype={"device": str})
-    assert set(cycles.method) == {"DT", "CT", "DT-ws", "Colla", "last place"}
+    baselines = {"last place", "most frequent place", "Markov (device)", "Markov (pooled)"}
+    assert set(cycles.method) == {"DT", "CT", "DT-ws", "Colla"} | baselines
     assert cycles[["accuracy", "precision", "recall"]].stack().between(0, 1).all()
+    versus = pd.read_csv(out / "tables" / "versus_baselines.csv")
+    markov = versus.set_index("method")["median accuracy"]["Markov (device)"]
+    assert (versus["below Markov (device)"] == ((versus.kind == "neural") & (versus["median accuracy"] < markov))).all()
+    shared = pd.read_csv(out / "tables" / "shared_places.csv", dtype={"device": str})
+    assert (shared["to places seen on other devices"] <= shared.changes).all() and shared.changes.sum() > 0
     assert np.allclose(cycles.recall, cycles.accuracy)  # weighted recall is accuracy
     shares = pd.read_csv(out / "tables" / "summary.csv")["best share"].dropna()
     assert abs(shares.sum() - 1) < 1e-9

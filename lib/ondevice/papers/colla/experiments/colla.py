@@ -22,6 +22,7 @@ from sklearn.metrics import precision_score
 
 from ondevice import streams
 from ondevice.models import mrnn
+from ondevice.models.markov import Markov, most_frequent
 from ondevice.papers.colla import common
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
 from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
@@ -34,6 +35,11 @@ from ondevice.training.trainer import Trainer
 NAME = "colla"
 METHODS = ("DT", "CT", "DT-ws", "Colla")
 CONTEXT = "last place"  # predicts the place of the last step: context, not one of the paper's methods
+# Non-neural baselines on the same splits: a device's own most frequent place and first-order Markov
+# table (its cycles so far, what DT trains on), and a Markov table pooled over every device's raw data
+# so far (what CT sees). A neural method below the per-device Markov table is flagged.
+MARKOV = "Markov (device)"
+BASELINES = (CONTEXT, "most frequent place", MARKOV, "Markov (pooled)")
 
 PAPER = claims.Paper(
     citation=common.PAPER_CITATION + ", Table 1, Sec. 3.2 and 5.3 (top-100 devices, mobility prediction)",
@@ -241,19 +247,23 @@ def run_seed(params: Params, devices: Devices, boot: Bootstrapped, rt: Runtime, 
                     "places_held": devices.places,
                 }
             )
-            out.rows.append(
-                {
-                    "seed": seed,
-                    "cycle": cycle,
-                    "device": uid,
-                    "method": CONTEXT,
-                    **scores(ty, tx[:, -1, 0]),
-                    "train_samples": 0,
-                    "test_samples": len(tx),
-                    "epochs": 0,
-                    "places_held": 0,
-                }
-            )
+        pooled = Markov(np.concatenate([a[:, -1, 0] for a, _ in parts]), np.concatenate([b for _, b in parts]))
+        for uid in devices.uids:
+            tx, ty = devices.data.devices[uid].take([cycle + 1])
+            for method, predicted in baselines(devices.data.devices[uid], cycle, pooled, tx).items():
+                out.rows.append(
+                    {
+                        "seed": seed,
+                        "cycle": cycle,
+                        "device": uid,
+                        "method": method,
+                        **scores(ty, predicted),
+                        "train_samples": 0,
+                        "test_samples": len(tx),
+                        "epochs": 0,
+                        "places_held": 0,
+                    }
+                )
         # Colla stage 4: every device pushes its model; the cloud updates and regroups
         uploads = [
             out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids
@@ -263,10 +273,64 @@ def run_seed(params: Params, devices: Devices, boot: Bootstrapped, rt: Runtime, 
         medians = frame.groupby("method").accuracy.median()
         log(
             f"seed {seed} cycle {cycle}/{p.cycles}: median accuracy "
-            + ", ".join(f"{m} {medians[m]:.3f}" for m in (*METHODS, CONTEXT))
+            + ", ".join(f"{m} {medians[m]:.3f}" for m in (*METHODS, *BASELINES))
             + f" ({time.perf_counter() - start:.1f}s)"
         )
     return out
+
+
+def baselines(device, cycle: int, pooled: Markov, tx: np.ndarray) -> dict[str, np.ndarray]:
+    """Each baseline's predictions for test inputs `tx`: the last step's place, and the device's
+    most frequent place and Markov table from its cycles 1..`cycle` (DT's data), and `pooled`."""
+    x, y = device.take(list(range(1, cycle + 1)))
+    current = tx[:, -1, 0]
+    return {
+        CONTEXT: current,
+        "most frequent place": np.full(len(tx), most_frequent(y)),
+        MARKOV: Markov(x[:, -1, 0], y).predict(current) if len(y) else np.full(len(tx), -1),
+        "Markov (pooled)": pooled.predict(current),
+    }
+
+
+def versus_baselines(last: pd.DataFrame) -> pd.DataFrame:
+    """Median accuracy over devices (mean over seeds) of every method beside the per-device Markov
+    table's, and whether a neural method falls below it."""
+    medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
+    markov = float(medians[MARKOV])
+    rows = [
+        {
+            "method": m,
+            "kind": "neural" if m in METHODS else "baseline",
+            "median accuracy": float(medians[m]),
+            "minus Markov (device)": float(medians[m]) - markov,
+            "below Markov (device)": bool(m in METHODS and medians[m] < markov),
+        }
+        for m in (*METHODS, *BASELINES)
+        if m in medians.index
+    ]
+    return pd.DataFrame(rows)
+
+
+def shared_places(devices: Devices, params: Params) -> pd.DataFrame:
+    """Per device, over the last test period: the place changes (next place differs from the last
+    step's) and how many of them go to a place seen on other devices up to then (their parts
+    0..cycles). Aggregate counts only."""
+    parts = list(range(params.cycles + 1))
+    seen = {u: set(np.unique(devices.data.devices[u].take(parts)[1]).tolist()) for u in devices.uids}
+    rows = []
+    for uid in devices.uids:
+        others = set().union(*(seen[o] for o in devices.uids if o != uid))
+        tx, ty = devices.data.devices[uid].take([params.cycles + 1])
+        changes = ty[ty != tx[:, -1, 0]]
+        rows.append(
+            {
+                "device": uid,
+                "changes": len(changes),
+                "to places seen on other devices": int(np.isin(changes, list(others)).sum()),
+                "to places seen on this device": int(np.isin(changes, list(seen[uid])).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def run_cycles(params: Params, devices: Devices, boot: Bootstrapped, log=print) -> list[SeedRun]:
@@ -312,7 +376,7 @@ def summary_table(last: pd.DataFrame) -> pd.DataFrame:
         .mean()
     )
     stats["best share"] = shares
-    order = [m for m in (*METHODS, CONTEXT) if m in stats.index]
+    order = [m for m in (*METHODS, *BASELINES) if m in stats.index]
     return stats.loc[order].reset_index()
 
 
@@ -386,6 +450,8 @@ def conclude(
         "headline": claims.headline_table(headline),
         "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
         "effects": effects,
+        "versus_baselines": versus_baselines(last),
+        "shared_places": shared_places(devices, params),
     }
     crossings = [r.boundary.log for r in runs]
     return record.Result(
@@ -418,24 +484,33 @@ def run(params: Params, log=print) -> record.Result:
     return conclude(params, devices, boot, runs, time.perf_counter() - start)
 
 
-COLOURS = {"DT": "#8c8c8c", "CT": "#edae49", "DT-ws": "#00798c", "Colla": "#d1495b", CONTEXT: "#30638e"}
+COLOURS = {
+    "DT": "#8c8c8c",
+    "CT": "#edae49",
+    "DT-ws": "#00798c",
+    "Colla": "#d1495b",
+    CONTEXT: "#30638e",
+    "most frequent place": "#6a4c93",
+    MARKOV: "#2a9d8f",
+    "Markov (pooled)": "#264653",
+}
 
 
 def plot_cdfs(last: pd.DataFrame):
     """Fig. 4/5: CDFs over devices of accuracy, weighted precision and recall after the last
-    update (all seeds' devices pooled); the last-place predictor dashed, for context."""
+    update (all seeds' devices pooled); the non-neural baselines dashed."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
     for ax, metric in zip(axes, ("accuracy", "precision", "recall")):
-        for m in (*METHODS, CONTEXT):
+        for m in (*METHODS, *BASELINES):
             values = np.sort(last[last.method == m][metric].to_numpy())
             ax.step(
                 values,
                 np.arange(1, len(values) + 1) / len(values),
                 where="post",
                 color=COLOURS[m],
-                ls="--" if m == CONTEXT else "-",
+                ls="--" if m in BASELINES else "-",
                 lw=2 if m == "Colla" else 1.3,
                 label=m,
             )
@@ -455,9 +530,9 @@ def plot_cycles(cycles: pd.DataFrame):
         cycles.groupby(["method", "seed", "cycle"]).accuracy.median().groupby(["method", "cycle"]).mean().reset_index()
     )
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for m in (*METHODS, CONTEXT):
+    for m in (*METHODS, *BASELINES):
         d = medians[medians.method == m]
-        ax.plot(d.cycle, d.accuracy, marker="o", color=COLOURS[m], ls="--" if m == CONTEXT else "-", label=m)
+        ax.plot(d.cycle, d.accuracy, marker="o", color=COLOURS[m], ls="--" if m in BASELINES else "-", label=m)
     ax.set(
         xlabel="update cycle",
         ylabel="median accuracy over devices",
