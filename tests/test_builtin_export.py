@@ -215,3 +215,79 @@ def test_operator_codes_name_flex_ops_of_a_flex_file():
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     flex = tflite.convert(tflite.TrainableModel(dense, ClassificationTask((4,), 3), 0.1), ("infer", "save"))
     assert litert.custom_operators(flex) == ["FlexSave"] and "FULLY_CONNECTED" in litert.operators(flex)
+
+
+def test_reuse_signatures_train_the_head_from_cached_features_as_train_does(lm):
+    """DeepType's online path in builtin mode: infer_and_cache then train_from_cache gives the same
+    losses and weights as `train` on the same batches (and `train` matches TensorFlow, above)."""
+    model, batches = lm
+    module = be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_HEAD, sequence_length=8, reuse=True)
+    flatbuffer = be.convert(module)
+    assert_builtin_only(flatbuffer)
+    plain, reusing = litert.interpreter(flatbuffer), litert.interpreter(flatbuffer)
+    cache, from_cache = (
+        reusing.get_signature_runner("infer_and_cache"),
+        reusing.get_signature_runner("train_from_cache"),
+    )
+    for x, y in batches:
+        fed = be.feed(module, x, y)
+        cached = cache(tokens=fed["tokens"])
+        np.testing.assert_allclose(
+            cached["logits"], plain.get_signature_runner("infer")(tokens=fed["tokens"])["logits"], rtol=1e-5, atol=1e-6
+        )
+        labels = NextWordTask().signature.labels.name
+        loss_reuse = from_cache(features=cached["features"], **{labels: fed[labels]})["loss"]
+        loss_plain = plain.get_signature_runner("train")(**fed)["loss"]
+        np.testing.assert_allclose(loss_reuse, loss_plain, rtol=1e-6)
+    w_plain, w_reuse = plain.get_signature_runner("get_weights")(), reusing.get_signature_runner("get_weights")()
+    for key in w_plain:
+        np.testing.assert_allclose(w_reuse[key], w_plain[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    with pytest.raises(be.NotExportable, match="head only"):
+        be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_ALL, sequence_length=8, reuse=True)
+
+
+def test_colla_distillation_trains_in_litert_as_the_distillation_hook_in_tensorflow():
+    """Colla's client update (Eq. 2) in builtin mode: the teacher's probabilities come in as an
+    input; losses and weights match TensorFlow's Trainer with the DistillationHook."""
+    from ondevice.papers.colla.techniques.distillation import DistillationHook, FullTeacher
+    from ondevice.training.trainer import Trainer
+
+    seed_everything(0)
+    rng = np.random.default_rng(0)
+    config = mrnn.MRNNConfig(locations=20, outputs=12, embedding_dim=4, hidden_units=8, history=5, slots=False)
+    student, teacher = mrnn.build(config, seed=0), mrnn.build(config, seed=1)
+    task = ClassificationTask((config.history, len(FEATURES)), 12, input_dtype=tf.int32)
+    batches = [
+        (
+            np.stack([rng.integers(0, n, (6, config.history)) for n in config.id_counts()], axis=-1).astype(np.int32),
+            rng.integers(0, 12, 6).astype(np.int32),
+        )
+        for _ in range(4)
+    ]
+    lam = 0.5
+    twin = keras.models.clone_model(student)
+    twin.set_weights(student.get_weights())
+    trainer = Trainer(twin, task, 0.01, "adam", hooks=[DistillationHook(FullTeacher(teacher), lam)])
+    tf_losses = [trainer.step(x, y) for x, y in batches]
+    module = be.BuiltinTrainable(student, task, 0.01, "adam", be.TRAIN_ALL, distill=lam)
+    flatbuffer = be.convert(module)
+    assert_builtin_only(flatbuffer)
+    interp = litert.interpreter(flatbuffer)
+    step = interp.get_signature_runner("train_distill")
+    sig = task.signature
+    lite_losses = [
+        float(
+            step(
+                **{sig.inputs.name: x, sig.labels.name: y, "teacher": tf.nn.softmax(teacher(x, training=False)).numpy()}
+            )["loss"]
+        )
+        for x, y in batches
+    ]
+    check = {
+        "tensorflow": tf_losses,
+        "litert": lite_losses,
+        "module": module,
+        "weights_tensorflow": module.keras_weights(trainer.model),
+        "weights_litert": interp.get_signature_runner("get_weights")(),
+    }
+    assert_parity(check, module.keras_weights(student))

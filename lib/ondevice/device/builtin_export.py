@@ -27,7 +27,9 @@ fine-tune and AutLearn's last layer; the classifier of MobileNetV2 and YAMNet, M
 MobileNetV1 `logits` layer, AutLearn's; the M-RNN's FC). Layers that do not train are constants in
 the file. Convolution, depthwise convolution and batch norm gradients (Conv2DBackpropFilter,
 DepthwiseConv2dNativeBackprop*, FusedBatchNormGrad) have no builtin kernel, so conv models train
-their head only.
+their head only. Optional signatures: `train_distill` (Colla's client update, Eq. 2, the teacher's
+probabilities given as an input) and `infer_and_cache` / `train_from_cache` (DeepType's online path:
+the head trains from the features the inference computed).
 
 `compare` trains a copy with TensorFlow's `Trainer` and the exported file in LiteRT on the same
 batches; `parity_row` sums that up. `python -m ondevice.device.builtin_export --out DIR` exports a
@@ -275,6 +277,16 @@ def _stages(model: keras.Model, train: str) -> list[_Stage]:
 # --- loss and optimizer --------------------------------------------------------------------------
 
 
+def distillation_loss_and_gradient(lam: float, labels, teacher, logits):
+    """Colla's Eq. 2 for a single-label classifier, as its DistillationHook adds it to the task's
+    loss: lam * CE(y, p) + (1 - lam) * CE(q, p), q the teacher's probabilities (rows summing to 1),
+    and its gradient w.r.t. the logits, (p - (lam * onehot(y) + (1 - lam) * q)) / n."""
+    log_p = tf.nn.log_softmax(logits)
+    target = lam * tf.one_hot(labels, logits.shape[-1]) + (1.0 - lam) * teacher
+    n = tf.cast(tf.shape(labels)[0], tf.float32)
+    return -tf.reduce_sum(target * log_p) / n, (tf.exp(log_p) - target) / n
+
+
 def loss_and_gradient(task: Task, labels, logits):
     """The task's training loss, computed as `task.loss` does, and its gradient w.r.t. the logits."""
     if isinstance(task, NextWordTask):  # mean cross-entropy over positions whose label is not <pad>
@@ -345,6 +357,13 @@ class BuiltinTrainable(tf.Module):
     a new user, or a restart, begins with a fresh optimizer). Keys are `<layer>_<weight>`
     (`softmax_kernel`). `sequence_length` fixes a next-word batch's length (pad shorter batches
     with `pad`). `model` itself is not changed.
+
+    Optional signatures: `distill=lam` adds `train_distill(inputs, labels, teacher) -> loss`, Colla's
+    client update (Eq. 2) with the teacher's probabilities over the student's outputs given by the
+    app (the pulled cloud model's `infer`, restricted to the device's places and renormalised);
+    `reuse=True` (head training only) adds DeepType's online path, `infer_and_cache(inputs) ->
+    logits, features` and `train_from_cache(features, labels) -> loss`, which trains the head on
+    the features the inference already computed instead of running the frozen layers again.
     """
 
     def __init__(
@@ -355,6 +374,8 @@ class BuiltinTrainable(tf.Module):
         optimizer: str = "adam",
         train: str = TRAIN_ALL,
         sequence_length: int | None = None,
+        distill: float | None = None,
+        reuse: bool = False,
     ):
         super().__init__()
         self.task, self.train_mode = task, train
@@ -376,6 +397,22 @@ class BuiltinTrainable(tf.Module):
         self.set_weights = tf.function(
             self._set_weights, input_signature=[tf.TensorSpec(p.shape, p.dtype, name=k) for k, p in kept]
         )
+        self.signature_names = list(SIGNATURES)
+        if distill is not None:
+            if not isinstance(task, ClassificationTask) or task.multi_label or not 0 <= distill <= 1:
+                raise NotExportable("distillation is written out for single-label classifiers, lambda in [0, 1]")
+            self.lam = float(distill)
+            teacher = tf.TensorSpec([None, task.classes], tf.float32, name="teacher")
+            self.train_distill = tf.function(self._train_distill, input_signature=[inputs, labels, teacher])
+            self.signature_names.append("train_distill")
+        if reuse:
+            if train != TRAIN_HEAD:
+                raise NotExportable("reuse of inference results trains the head only (train='head')")
+            traced = tf.function(self._features).get_concrete_function(inputs).structured_outputs
+            head_input = tf.TensorSpec(traced.shape, traced.dtype, name="features")
+            self.infer_and_cache = tf.function(self._infer_and_cache, input_signature=[inputs])
+            self.train_from_cache = tf.function(self._train_from_cache, input_signature=[head_input, labels])
+            self.signature_names += ["infer_and_cache", "train_from_cache"]
 
     def _forward(self, x):
         saved = []
@@ -384,14 +421,46 @@ class BuiltinTrainable(tf.Module):
             saved.append(s)
         return x, saved
 
+    def _backward_and_apply(self, saved, dy, first: int):
+        grads = []
+        for i in range(len(self.stages) - 1, first - 1, -1):
+            g, dy = self.stages[i].backward(saved[i], dy, need_dx=i > first)
+            grads = g + grads
+        self.optimizer.apply(grads, self._trained)
+
     def _train(self, inputs, labels):
         logits, saved = self._forward(inputs)
         loss, dy = loss_and_gradient(self.task, labels, logits)
-        grads = []
-        for i in range(len(self.stages) - 1, self.first - 1, -1):
-            g, dy = self.stages[i].backward(saved[i], dy, need_dx=i > self.first)
-            grads = g + grads
-        self.optimizer.apply(grads, self._trained)
+        self._backward_and_apply(saved, dy, self.first)
+        return {"loss": loss}
+
+    def _train_distill(self, inputs, labels, teacher):
+        logits, saved = self._forward(inputs)
+        loss, dy = distillation_loss_and_gradient(self.lam, labels, teacher, logits)
+        self._backward_and_apply(saved, dy, self.first)
+        return {"loss": loss}
+
+    def _features(self, inputs):
+        """The output of the layers that do not train: what the head trains from."""
+        for stage in self.stages[: self.first]:
+            inputs, _ = stage.forward(inputs)
+        return inputs
+
+    def _infer_and_cache(self, inputs):
+        features = self._features(inputs)
+        return {"logits": self._from(features)[0], "features": features}
+
+    def _from(self, features):
+        x, saved = features, [None] * self.first
+        for stage in self.stages[self.first :]:
+            x, s = stage.forward(x)
+            saved.append(s)
+        return x, saved
+
+    def _train_from_cache(self, features, labels):
+        logits, saved = self._from(features)
+        loss, dy = loss_and_gradient(self.task, labels, logits)
+        self._backward_and_apply(saved, dy, self.first)
         return {"loss": loss}
 
     def _infer(self, inputs):
@@ -448,7 +517,9 @@ def convert(module: BuiltinTrainable) -> bytes:
     try:
         with tempfile.TemporaryDirectory() as saved:
             tf.saved_model.save(
-                module, saved, signatures={name: getattr(module, name).get_concrete_function() for name in SIGNATURES}
+                module,
+                saved,
+                signatures={n: getattr(module, n).get_concrete_function() for n in module.signature_names},
             )
             converter = tf.lite.TFLiteConverter.from_saved_model(saved)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -517,11 +588,13 @@ def compare(
     optimizer: str = "adam",
     train: str = TRAIN_ALL,
     sequence_length: int | None = None,
+    **signatures,
 ) -> dict:
     """The same batches through TensorFlow's Trainer (on a copy of `model`) and through the exported
     `train` signature in LiteRT, from the same weights. Returns both loss curves, both sets of
-    kept weights after the steps (by key), the flatbuffer and the module."""
-    module = BuiltinTrainable(model, task, learning_rate, optimizer, train, sequence_length)
+    kept weights after the steps (by key), the flatbuffer and the module. `signatures`: the
+    optional ones of BuiltinTrainable (distill=, reuse=), exported beside `train`."""
+    module = BuiltinTrainable(model, task, learning_rate, optimizer, train, sequence_length, **signatures)
     flatbuffer = convert(module)
     trainer = reference_trainer(model, module, learning_rate, optimizer)
     as_sig = (task.signature.inputs.dtype.as_numpy_dtype, task.signature.labels.dtype.as_numpy_dtype)
@@ -624,6 +697,7 @@ def _instances(rng: np.random.Generator) -> list[dict]:
             "train": TRAIN_HEAD,
             "sequence_length": 10,
             "batches": text,
+            "signatures": {"reuse": True},  # DeepType's online path: infer_and_cache, train_from_cache
         },
         {
             "name": "autlearn_lstm_last_layer",
@@ -670,6 +744,7 @@ def _instances(rng: np.random.Generator) -> list[dict]:
             "train": TRAIN_ALL,
             "task": ClassificationTask((colla.history, len(FEATURES)), 16, input_dtype=tf.int32),
             "batches": places,
+            "signatures": {"distill": 0.5},  # Colla's client update: train_distill with the teacher's q
         },
     ]
 
@@ -713,6 +788,7 @@ def export_both(spec: dict, out: Path) -> tuple[dict, dict]:
         spec["optimizer"],
         spec["train"],
         spec.get("sequence_length"),
+        **spec.get("signatures", {}),
     )
     module, row = check["module"], parity_row(name, check)
     flex = flex_export(spec["model"], module, spec["lr"], spec["optimizer"])
