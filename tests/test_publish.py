@@ -27,9 +27,11 @@ EXTERNAL = re.compile(r"""<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href
 
 @pytest.fixture(scope="module")
 def committed_site(tmp_path_factory):
-    """The site of the committed default results; SUMMARY.md goes to a temporary file, not results/."""
+    """The site of the committed default results; SUMMARY.md and the pages go to a temporary folder."""
     out = tmp_path_factory.mktemp("site")
-    entries = publish.build(COMMITTED, out / "default", summary_path=out / "SUMMARY.md", scale="default")
+    entries = publish.build(
+        COMMITTED, out / "default", summary_path=out / "SUMMARY.md", scale="default", pages_dir=out / "pages"
+    )
     return out / "default", out / "SUMMARY.md", entries
 
 
@@ -174,6 +176,18 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
 
+def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_are_current(committed_site):
+    site, _, entries = committed_site
+    for e in entries:
+        page = (site.parent / "pages" / e.slug / "README.md").read_text()
+        assert page.count("\n| ") - 1 == len(e.effects) + len(e.run.get("headline") or {}) + (1 if e.effects else 0)
+        for fig in (COMMITTED / e.slug / "figures").glob("*.png"):
+            assert f"(figures/{fig.name})" in page
+        assert ("Stand-in data" in page) == bool(e.stand_in)
+        committed = COMMITTED / e.slug / "README.md"
+        assert committed.read_text() == page, f"{committed} is stale: run make publish SCALE=default"
+
+
 def test_committed_site_has_every_page_and_loads_nothing_from_the_network(committed_site):
     site, _, entries = committed_site
     for e in entries:
@@ -218,6 +232,10 @@ def test_incomplete_results_publish_with_dashes_and_text_is_escaped(synthetic):
     ]
     assert rows[0][6] == "+1.0% to +3.0% (95%)" and rows[0][7] == "12 users x 3 seeds" and rows[0][10] == "stand-in"
     assert rows[0][5] == "0.2x" and rows[0][9] == "unexplained"  # +2% vs +10%: interval excludes it, 5x smaller
+    alpha_page = (alpha.path / "README.md").read_text()
+    assert "tricks \\<help\\>" in alpha_page and "<help>" not in alpha_page and "unexplained" in alpha_page
+    assert "Stand-in data" in alpha_page and "(figures/curve.png)" in alpha_page
+    assert "no effects table" in (entries[1].path / "README.md").read_text()
 
 
 def test_an_empty_results_directory_publishes_an_index_and_a_missing_one_is_an_error(tmp_path):

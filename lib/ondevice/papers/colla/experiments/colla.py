@@ -437,7 +437,9 @@ def conclude(
         m: last[last.method == m].pivot(index="seed", columns="device", values="accuracy").to_numpy() for m in METHODS
     }
     measured = {f"Colla is more accurate than {m}": (wide["Colla"], wide[m]) for m in ("DT", "CT", "DT-ws")}
-    effects = claims.effects_table(PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    effects = claims.effects_table(
+        PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices"
+    )
     tables = {
         "data": devices.table(),
         "cycles": cycles.drop(columns=["train_samples"]),
