@@ -58,3 +58,19 @@ def pytest_xdist_make_scheduler(config, log):
             return nodeid.split("::", 1)[0]
 
     return NotebookScope(config, log)
+
+
+SLOW_SECONDS = 30.0
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name every test that took more than 30 s without a `slow` or `notebook` mark saying why."""
+    unmarked = []
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        marked = {"slow", "notebook"} & set(report.keywords)
+        if report.when == "call" and report.duration > SLOW_SECONDS and not marked:
+            unmarked.append(f"{report.nodeid} ({report.duration:.0f} s)")
+    if unmarked:
+        terminalreporter.write_line(f"tests over {SLOW_SECONDS:.0f} s without a slow(reason=...) mark:", yellow=True)
+        for line in unmarked:
+            terminalreporter.write_line(f"  {line}")

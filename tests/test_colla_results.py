@@ -46,6 +46,7 @@ def results(tmp_path_factory):
     return saved
 
 
+@pytest.mark.slow(reason="a whole smoke run of Colla, whose saved files are what the license check reads")
 def test_results_hold_aggregate_metrics_only(results):
     for name, out in results.items():
         tables = sorted((out / "tables").glob("*.csv"))

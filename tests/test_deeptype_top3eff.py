@@ -18,6 +18,9 @@ def two_runs(speeches, tmp_path_factory):
     return first, second
 
 
+@pytest.mark.slow(
+    reason="two whole smoke runs of D3 (global models trained, then from the cache): the claim is about a whole run"
+)
 def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
     first, second = two_runs
     assert not any(v for m in first.notes["global_models_from_cache"].values() for v in m.values())

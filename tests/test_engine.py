@@ -43,8 +43,7 @@ def smoke_jobs(speeches):
     personal steps each from a global model trained once here, passed to the jobs as weights.
     (deeptype_common loads TensorFlow, so it is imported here, not at the top: the job processes
     that run the small jobs below import this module, and need not load it.)"""
-    from ondevice.papers.deeptype import common
-    from ondevice.papers.deeptype import scaleout_bench
+    from ondevice.papers.deeptype import common, scaleout_bench
 
     params = scaleout_bench.bench_params("smoke", 0, seeds=1, crowd_max_words=4000)
     corpus = common.load_corpus(params, speeches, log=lambda *_: None)

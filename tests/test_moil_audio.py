@@ -73,6 +73,7 @@ def test_gdm_mixes_pool_clips_only(tiny):
     assert len(half.patches) == len(half.clip) and half.clip.max() == len(half) - 1
 
 
+@pytest.mark.slow(reason="a whole smoke run without ESC-50: the fallback is a property of the run's outputs")
 def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch, tmp_path):
     monkeypatch.delenv("ONDEVICE_DATA_MIRROR", raising=False)
     monkeypatch.setenv("ONDEVICE_DATA_CACHE", str(tmp_path / "data"))

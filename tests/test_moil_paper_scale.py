@@ -135,6 +135,7 @@ def test_wrong_layouts_are_named(trees, tmp_path):
         exp.load_data(_params(root, imagenet_weights=str(tmp_path / "missing.h5")), log=lambda *_: None)
 
 
+@pytest.mark.slow(reason="every stage of the paper-scale path, on streamed fixture files")
 def test_paper_path_runs_every_stage_on_streamed_files(trees, tmp_path):
     root, reference = trees
     params = _params(root)
