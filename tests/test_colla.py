@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from ondevice.data import places
 from ondevice.models import mrnn
-from ondevice.papers.colla import common
+from ondevice.papers.colla import common, protocol
 from ondevice.papers.colla.experiments import colla
 from ondevice.papers.colla.techniques import grouping
 from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
@@ -159,7 +159,7 @@ def test_client_update_with_dual_distillation_trains_and_stops_early():
     train, val = common.split_latest(x, y, 0.25)
     start = model.get_weights()
     before = trainer.task.evaluate(model, val)["loss"]
-    weights, history = common.fit_early_stopping(trainer, start, train, val, params, np.random.default_rng(0), 30)
+    weights, history = common.fit_until_plateau(trainer, start, train, val, params, np.random.default_rng(0), 30)
     model.set_weights(weights)
     assert trainer.task.evaluate(model, val)["loss"] < before
     assert min(h["validation_loss"] for h in history) == pytest.approx(
@@ -244,8 +244,8 @@ def test_no_device_sample_reaches_the_cloud_side():
     pull_w = mrnn.build(params.device_config(n_places, customised=False), 0).get_weights()
     entry = lambda w: model_cache.Entry("k", None, w, {"history": []}, True)
     boot = common.Bootstrapped({params.seed: entry(cloud_w)}, {params.seed: entry(pull_w)})
-    rt = colla.Runtime(params, devices)
-    run = colla.run_seed(params, devices, boot, rt, params.seed, log=lambda *a: None)
+    rt = protocol.Runtime(params, devices)
+    run = protocol.run_seed(params, devices, boot, rt, params.seed, log=lambda *a: None)
     crossings = run.boundary.log
     assert {c[0] for c in crossings} == {"up", "down"}
     assert all(isinstance(c[2], Upload if c[0] == "up" else Download) for c in crossings)
@@ -255,7 +255,7 @@ def test_no_device_sample_reaches_the_cloud_side():
     payloads = [a for c in crossings for a in c[2].parameters]
     assert leaked_rows(private, payloads) == 0
     # nor does anything the cloud side holds (its runtime included) contain a private sample
-    cloud = colla.Cloud(rt, cloud_w, devices.cloud_data(), params.seed)
+    cloud = protocol.Cloud(rt, cloud_w, devices.cloud_data(), params.seed)
     cloud.update([c[2] for c in crossings if c[0] == "up"][-3:], cycle=9)
     assert leaked_rows(private, list(_arrays(cloud))) == 0
     # the check is not blind: a payload smuggling samples as floats is found

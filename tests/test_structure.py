@@ -21,8 +21,6 @@ OVER_LIMIT = {
     "autlearn_augment_online",
     "autlearn_availability",
     "autlearn_cost",
-    "colla",
-    "colla_cost",
     "moil_audio",
     "moil_image",
 }

@@ -11,7 +11,6 @@ next cycle's, as in the paper's Sec. 5.1.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import weakref
 from dataclasses import dataclass
 
@@ -25,10 +24,9 @@ from ondevice.data import geolife, manifests, places
 from ondevice.models import mrnn
 from ondevice.papers.colla.techniques.distillation import DistillationHook, FullTeacher
 from ondevice.params import ParameterError, Params
-from ondevice.report import provenance
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.training import model_cache
-from ondevice.training.trainer import Trainer, seed_everything
+from ondevice.training.trainer import History, Plateau, Trainer, seed_everything
 
 DATASET = "geolife"
 PAPER_CITATION = (
@@ -213,11 +211,6 @@ def location_task(params: CollaParams, outputs: int) -> ClassificationTask:
     return ClassificationTask((params.history, len(places.FEATURES)), outputs, input_dtype=tf.int32)
 
 
-def _code(*functions) -> str:
-    files = [f for m in TRAINING_CODE for f in provenance.module_files(m)]
-    return model_cache.code_digest(files, extra="".join(inspect.getsource(f) for f in functions))
-
-
 # Data, model and bootstrap fields per scale, shared by both notebooks so they share cached models.
 SHARED_PRESETS = {
     # the first 5 users, short cycles, a small cloud model and small budgets: about a minute
@@ -260,10 +253,6 @@ SHARED_PRESETS = {
 }
 
 
-def presets(extra: dict[str, dict]) -> dict[str, dict]:
-    return {scale: {**SHARED_PRESETS[scale], **extra.get(scale, {})} for scale in SHARED_PRESETS}
-
-
 CLOUD_FIELDS = (
     "cell_m",
     "min_place_bins",
@@ -292,17 +281,19 @@ def cloud_bootstrap(params: CollaParams, devices: Devices, seed: int, log=print)
         )
         model = mrnn.build(params.cloud_config(devices.places), streams.tf_seed(seed, "init/cloud"))
         trainer = Trainer(model, location_task(params, devices.places), params.learning_rate)
-        weights, history = fit_early_stopping(
+        weights, history = fit_until_plateau(
             trainer, model.get_weights(), train, val, params, streams.rng(seed, "batches/cloud"), params.cloud_epochs
         )
         log(
             f"cloud bootstrap (seed {seed}): {len(history)} epochs, best validation loss "
             f"{min(h['validation_loss'] for h in history):.3f}"
         )
-        return weights, {"history": history}
+        return weights, {"history": list(history)}
 
     fields = {name: getattr(params, name) for name in CLOUD_FIELDS} | {"seed": seed}
-    return model_cache.load_or_train("colla_cloud", fields, [devices.digest()], _code(cloud_bootstrap), train, log)
+    return model_cache.cached_train(
+        "colla_cloud", fields, [devices.digest()], TRAINING_CODE, train, log, sources=(cloud_bootstrap,)
+    )
 
 
 def first_pull(
@@ -324,17 +315,19 @@ def first_pull(
             params.learning_rate,
             hooks=[DistillationHook(FullTeacher(teacher), params.lam)],
         )
-        weights, history = fit_early_stopping(
+        weights, history = fit_until_plateau(
             trainer, small.get_weights(), train, val, params, streams.rng(seed, "batches/pull"), params.pull_epochs
         )
         log(
             f"first pull (seed {seed}): {len(history)} epochs, best validation loss "
             f"{min(h['validation_loss'] for h in history):.3f}"
         )
-        return weights, {"history": history}
+        return weights, {"history": list(history)}
 
     fields = {name: getattr(params, name) for name in PULL_FIELDS} | {"seed": seed, "cloud": cloud.key}
-    return model_cache.load_or_train("colla_pull", fields, [devices.digest()], _code(first_pull), train, log)
+    return model_cache.cached_train(
+        "colla_pull", fields, [devices.digest()], TRAINING_CODE, train, log, sources=(first_pull,)
+    )
 
 
 @dataclass
@@ -436,7 +429,7 @@ def mean_cross_entropy(model, x: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(log_softmax(logits(model, x), axis=-1)[np.arange(len(y)), y]))
 
 
-def fit_early_stopping(
+def fit_until_plateau(
     trainer: Trainer,
     weights: list[np.ndarray],
     train,
@@ -444,22 +437,20 @@ def fit_early_stopping(
     params: CollaParams,
     rng: np.random.Generator,
     max_epochs: int,
-) -> tuple[list[np.ndarray], list[dict]]:
-    """Train from `weights`; stop after `patience` epochs without a lower validation loss (hard
-    labels) and keep the best weights, the paper's rule. Returns them and one row per epoch."""
+) -> tuple[list[np.ndarray], History]:
+    """Train from `weights` until the validation loss (hard labels) has not fallen by more than
+    1e-6 for `patience` epochs, keeping the best epoch's weights (the paper's rule). Returns them
+    and one row per epoch."""
     trainer.reset(weights)
-    best, best_weights, waited, history = np.inf, weights, 0, []
-    for epoch in range(1, max_epochs + 1):
-        row = trainer.fit(train, 1, params.batch_size, rng)[0]
-        loss = mean_cross_entropy(trainer.model, *val)
-        history.append({**row, "epoch": epoch, "validation_loss": loss})
-        if loss < best - 1e-6:
-            best, best_weights, waited = loss, trainer.model.get_weights(), 0
-        else:
-            waited += 1
-            if waited >= params.patience:
-                break
-    return best_weights, history
+    history = trainer.fit(
+        train,
+        max_epochs,
+        params.batch_size,
+        rng,
+        evaluate=lambda model: {"validation_loss": mean_cross_entropy(model, *val)},
+        stop=Plateau(params.patience, 1e-6, relative=False, monitor="validation_loss"),
+    )
+    return trainer.model.get_weights(), history
 
 
 def split_latest(x: np.ndarray, y: np.ndarray, fraction: float):

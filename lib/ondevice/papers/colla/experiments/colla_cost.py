@@ -25,64 +25,19 @@ from ondevice.device import tflite
 from ondevice.models import mrnn
 from ondevice.papers.colla import common
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
+from ondevice.papers.colla.report import COST_APPROACHES as APPROACHES
+from ondevice.papers.colla.report import plot_costs  # noqa: F401  (stages)
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-from ondevice.report import claims, record
+from ondevice.params import presets
+from ondevice.report import claims, facts, record
 from ondevice.training.trainer import StepTimer, Trainer
 
 NAME = "colla_cost"
-APPROACHES = ("Same-Whole", "Same-FC", "Customization")
-SOURCE = "Sec. 3.2 sizes (all parameters vs the FC layer)"
 
-PAPER = claims.Paper(
-    citation=common.PAPER_CITATION + ", Sec. 5.4 and Fig. 11-12 (model 4-16)",
-    numbers=(
-        claims.PaperNumber("parameters uploaded per update, Same-Whole", 11_868, SOURCE),
-        claims.PaperNumber("parameters uploaded per update, Same-FC", 6_256, SOURCE),
-        claims.PaperNumber(
-            "parameters uploaded per update, Customization", 130_000, "Sec. 5.4: 520 KB = 130,000 x 4 B"
-        ),
-        claims.PaperNumber("inference FLOPs, Same (relative)", 1.0, "Fig. 11c"),
-        claims.PaperNumber("inference FLOPs, Customization (relative to Same)", 0.5, "Sec. 5.4: 'nearly halved'"),
-    ),
-    effects=(
-        claims.Effect(
-            "Same-FC uploads fewer parameters than Same-Whole",
-            "parameters uploaded per update, Same-Whole",
-            "parameters uploaded per update, Same-FC",
-        ),
-        claims.Effect(
-            "Customization needs fewer inference FLOPs than Same",
-            "inference FLOPs, Same (relative)",
-            "inference FLOPs, Customization (relative to Same)",
-        ),
-    ),
-)
+PAPER = facts.paper(NAME)  # Sec. 5.4 and Fig. 11-12 (model 4-16)
 # Timing claims judged apart (not bit-reproducible): better = Same-Whole's time, worse = the other's.
-PAPER_TIME = claims.Paper(
-    citation=PAPER.citation,
-    numbers=(
-        claims.PaperNumber("training time, Same-Whole (relative)", 1.0, "Fig. 12a"),
-        claims.PaperNumber(
-            "training time, Customization (relative to Same-Whole)",
-            0.1,
-            "Sec. 5.4: 'order of magnitude smaller' (2.42 min on a phone)",
-        ),
-        claims.PaperNumber("training time, Same-FC (relative to Same-Whole)", 0.1, "Fig. 12a, read as Customization"),
-    ),
-    effects=(
-        claims.Effect(
-            "Customization trains faster than Same-Whole",
-            "training time, Same-Whole (relative)",
-            "training time, Customization (relative to Same-Whole)",
-        ),
-        claims.Effect(
-            "Same-FC trains faster than Same-Whole",
-            "training time, Same-Whole (relative)",
-            "training time, Same-FC (relative to Same-Whole)",
-        ),
-    ),
-)
+PAPER_TIME = facts.paper(NAME, "time")
 _TIMING_COLUMNS = {
     "our change": "our change (training time)",
     "ci low": "ci low (training time)",
@@ -94,6 +49,13 @@ _TIMING_COLUMNS = {
 }
 
 
+OWN_PRESETS = {
+    "smoke": dict(timing_devices=3, timing_epochs=4, warmup_steps=2, tflite_check_steps=3, bootstrap=300),
+    "default": dict(timing_devices=8, timing_epochs=6),
+    "paper": dict(timing_devices=20, timing_epochs=10),
+}
+
+
 @dataclass(frozen=True)
 class Params(CollaParams):
     timing_devices: int = 8  # devices whose cycle-1 update is timed under each approach
@@ -102,13 +64,7 @@ class Params(CollaParams):
     tflite_check_steps: int = 5  # client-update steps run both in TF and through the TFLite interpreter
     bootstrap: int = 2000
 
-    PRESETS = common.presets(
-        {
-            "smoke": dict(timing_devices=3, timing_epochs=4, warmup_steps=2, tflite_check_steps=3, bootstrap=300),
-            "default": dict(timing_devices=8, timing_epochs=6),
-            "paper": dict(timing_devices=20, timing_epochs=10),
-        }
-    )
+    PRESETS = presets(common.SHARED_PRESETS, OWN_PRESETS)
 
     def check(self) -> None:
         super().check()
@@ -224,24 +180,15 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     teacher.assign(boot.cloud[seed].weights, slots)
     task = common.location_task(p, p.device_slots)
     batches = list(task.batches((x, common.to_slots(slots, y)), p.batch_size, streams.rng(seed, "diagnostics/tflite")))
-    check = tflite.compare_training(
-        model, task, p.learning_rate, batches[: p.tflite_check_steps], hooks=[DistillationHook(teacher, p.lam)]
+    return tflite.parity_table(
+        model,
+        task,
+        p.learning_rate,
+        batches[: p.tflite_check_steps],
+        hooks=[DistillationHook(teacher, p.lam)],
+        log=log,
+        label="Colla's client update",
     )
-    table = pd.DataFrame(
-        {
-            "step": range(1, len(check["tflite"]) + 1),
-            "loss_tensorflow": check["tensorflow"],
-            "loss_tflite": check["tflite"],
-        }
-    )
-    table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
-    table.attrs["max_output_difference"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
-    log(
-        f"on-device check: {len(table)} client-update steps through the TFLite interpreter, max |loss difference| "
-        f"{table.abs_difference.max():.2e}, max |output difference| after them "
-        f"{table.attrs['max_output_difference']:.2e}"
-    )
-    return table, check["flatbuffer"]
 
 
 def _per_device(costs: pd.DataFrame, column: str) -> np.ndarray:
@@ -336,7 +283,7 @@ def conclude(
             "places": devices.places,
             "timed_devices": int(times.device.nunique()),
             "time_ratio_to_same_whole (volatile)": ratios,
-            "tflite_max_output_difference": on_device_table.attrs["max_output_difference"]
+            "tflite_max_output_difference": float(on_device_table.max_output_difference_after.iloc[0])
             if on_device_table is not None
             else None,
         },
@@ -351,49 +298,3 @@ def run(params: Params, log=print) -> record.Result:
     times = training_times(params, devices, boot, log)
     table, flatbuffer = on_device(params, devices, boot, log)
     return conclude(params, devices, boot, costs, times, table, flatbuffer, time.perf_counter() - start)
-
-
-def plot_costs(costs: pd.DataFrame, times: pd.DataFrame):
-    """Fig. 11b, c and 12a: uploaded parameters and inference FLOPs per cycle (medians over
-    devices), and measured training time relative to Same-Whole per timed device."""
-    import matplotlib.pyplot as plt
-
-    colours = {"Same-Whole": "#8c8c8c", "Same-FC": "#00798c", "Customization": "#d1495b"}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    med = costs.groupby("cycle").median(numeric_only=True)
-    for a in APPROACHES:
-        axes[0].plot(med.index, med[f"upload {a}"], marker="o", color=colours[a], label=a)
-    axes[0].set(
-        yscale="log",
-        xlabel="update cycle",
-        ylabel="parameters uploaded (median device)",
-        xticks=list(med.index),
-        title="Upload per update",
-    )
-    axes[0].legend(frameon=False)
-    axes[1].plot(med.index, med["flops Same"], marker="o", color=colours["Same-Whole"], label="Same-Whole / Same-FC")
-    axes[1].plot(
-        med.index, med["flops Customization"], marker="o", color=colours["Customization"], label="Customization"
-    )
-    axes[1].set(
-        xlabel="update cycle",
-        ylabel="FLOPs per prediction (median device)",
-        xticks=list(med.index),
-        title="Inference cost",
-    )
-    axes[1].legend(frameon=False)
-    wide = times.pivot(index="device", columns="approach", values="train_time_seconds")
-    for i, a in enumerate(APPROACHES):
-        r = wide[a] / wide["Same-Whole"]
-        axes[2].scatter(np.full(len(r), i), r, color=colours[a])
-    axes[2].axhline(0.1, color="0.6", ls="--", lw=1, label="paper: ~10x less (Customization)")
-    axes[2].set(
-        xticks=range(3),
-        xticklabels=APPROACHES,
-        ylabel="training time / Same-Whole",
-        ylim=(0, None),
-        title="Measured training time (host CPU)",
-    )
-    axes[2].legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    return fig

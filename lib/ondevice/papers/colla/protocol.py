@@ -1,0 +1,274 @@
+"""Colla's method, once: every method's client update on each cycle's data and the test on the
+next cycle's (DT, CT, DT-ws, Colla), the non-neural baselines on the same splits, and Colla's
+cloud update with model grouping.
+
+Every method sees the same devices, cycles and samples. Device models are the light M-RNN with a
+customised FC; CT is the heavy model trained on every device's raw data so far (the one method
+whose data crosses to the cloud). Colla's devices and cloud exchange only parameters, through
+`techniques.boundary`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import precision_score
+
+from ondevice import streams
+from ondevice.models import mrnn
+from ondevice.models.markov import Markov, most_frequent
+from ondevice.papers.colla import common
+from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices
+from ondevice.papers.colla.techniques.boundary import Boundary, Download, Upload
+from ondevice.papers.colla.techniques.cloud_update import ClientEnsemble
+from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
+from ondevice.papers.colla.techniques.grouping import choose_groups, output_distances
+from ondevice.training.trainer import Trainer
+
+METHODS = ("DT", "CT", "DT-ws", "Colla")
+CONTEXT = "last place"  # predicts the place of the last step: context, not one of the paper's methods
+# Non-neural baselines on the same splits: a device's own most frequent place and first-order Markov
+# table (its cycles so far, what DT trains on), and a Markov table pooled over every device's raw data
+# so far (what CT sees). A neural method below the per-device Markov table is flagged.
+MARKOV = "Markov (device)"
+BASELINES = (CONTEXT, "most frequent place", MARKOV, "Markov (pooled)")
+
+
+GROUP_CANDIDATES = (2, 3, 5, 10)  # the paper's K
+
+
+class Runtime:
+    """The Keras models and compiled trainers of a run, shared by every device, method and seed."""
+
+    def __init__(self, params: CollaParams, devices: Devices):
+        self.params, self.places = params, devices.places
+        p, n = params, devices.places
+        self.device_model = mrnn.build(params.device_config(n), 0)
+        self.teacher = CloudTeacher(mrnn.build(params.cloud_config(n), 0), params.device_slots)
+        slot_task = common.location_task(p, p.device_slots)
+        self.plain = Trainer(self.device_model, slot_task, p.learning_rate)
+        self.distill = Trainer(
+            self.device_model, slot_task, p.learning_rate, hooks=[DistillationHook(self.teacher, p.lam)]
+        )
+        self.cloud_model = mrnn.build(params.cloud_config(n), 0)
+        self.ensemble = ClientEnsemble(self.device_model.get_weights(), len(devices.uids), p.device_slots, n)
+        cloud_task = common.location_task(p, n)
+        self.ct = Trainer(self.cloud_model, cloud_task, p.learning_rate)
+        self.cloud_distill = Trainer(
+            self.cloud_model, cloud_task, p.learning_rate, hooks=[DistillationHook(self.ensemble, p.lam)]
+        )
+
+
+class Cloud:
+    """Colla's cloud side: its own data, the base cloud model, one model per group. What it
+    learns of devices arrives as `Upload`s (parameters and slot maps) and nothing else."""
+
+    def __init__(self, rt: Runtime, weights: list[np.ndarray], data: tuple[np.ndarray, np.ndarray], seed: int):
+        self.rt, self.base, self.data, self.seed = rt, weights, data, seed
+        self.group_models: dict[int, list[np.ndarray]] = {}
+        self.group_of: dict[str, int] = {}
+
+    def download(self, device: str) -> Download:
+        group = self.group_of.get(device, -1)
+        return Download(self.group_models.get(group, self.base), group)
+
+    def _distill(self, members: np.ndarray, start: list[np.ndarray], purpose: str) -> list[np.ndarray]:
+        p = self.rt.params
+        self.rt.ensemble.use(members)
+        self.rt.cloud_distill.reset(start)
+        self.rt.cloud_distill.fit(self.data, p.cloud_update_epochs, p.batch_size, streams.rng(self.seed, purpose))
+        return self.rt.cloud_model.get_weights()
+
+    def update(self, uploads: list[Upload], cycle: int) -> pd.DataFrame:
+        """Stage 4: group the client models, distil the base model from all of them and one model
+        per group from its members (each from the new base). Returns the grouping table."""
+        self.rt.ensemble.assign([list(u.parameters) for u in uploads], np.stack([u.slot_places for u in uploads]))
+        distances = output_distances(self.rt.ensemble, self.data[0], len(uploads))
+        labels, table = choose_groups(distances, GROUP_CANDIDATES, self.seed)
+        self.base = self._distill(np.arange(len(uploads)), self.base, f"cloud/{cycle}/base")
+        groups = np.unique(labels)
+        self.group_models = (
+            {int(g): self._distill(np.nonzero(labels == g)[0], self.base, f"cloud/{cycle}/group{g}") for g in groups}
+            if len(groups) > 1
+            else {}
+        )
+        self.group_of = {u.device: int(g) for u, g in zip(uploads, labels)} if len(groups) > 1 else {}
+        return table.assign(
+            cycle=cycle, devices=len(uploads), group_sizes=" ".join(str(int((labels == g).sum())) for g in groups)
+        )
+
+
+@dataclass
+class DeviceState:
+    """A device's model under one method: weights and the place held by each FC slot."""
+
+    weights: list[np.ndarray]
+    slot_places: np.ndarray
+
+
+def scores(y: np.ndarray, predicted: np.ndarray) -> dict:
+    """Accuracy and the paper's weighted precision and recall (weights: each place's share of the
+    test labels). Weighted recall is sum_i w_i TP_i / n_i = sum_i TP_i / n, i.e. accuracy."""
+    labels = np.unique(y)
+    return {
+        "accuracy": float(np.mean(predicted == y)),
+        "precision": float(precision_score(y, predicted, labels=labels, average="weighted", zero_division=0)),
+        "recall": float(np.sum([np.sum((predicted == y) & (y == c)) for c in labels]) / len(y)),
+    }
+
+
+def _device_predictions(model, state: DeviceState, x: np.ndarray) -> np.ndarray:
+    model.set_weights(state.weights)
+    slots = np.argmax(common.logits(model, x), axis=-1)
+    return state.slot_places[slots]
+
+
+@dataclass
+class SeedRun:
+    rows: list[dict] = field(default_factory=list)  # per (cycle, device, method): scores
+    groups: list[pd.DataFrame] = field(default_factory=list)
+    boundary: Boundary = field(default_factory=Boundary)
+
+
+def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runtime, seed: int, log=print) -> SeedRun:
+    """One seed: bootstrapped cloud model, first pull, then every cycle for every method."""
+    p, out = params, SeedRun()
+    empty = np.full(p.device_slots, -1, np.int64)
+    dt_init = mrnn.build(p.device_config(devices.places), streams.tf_seed(seed, "init/device")).get_weights()
+    pull = boot.pull[seed].weights
+    pulled_columns = (pull[-2], pull[-1])  # the pulled small model's FC over every place
+    dt_init[-1] = np.zeros_like(dt_init[-1])
+    state = {
+        "DT": {u: DeviceState(dt_init, empty) for u in devices.uids},
+        "DT-ws": {u: DeviceState(common.customise(pull, dt_init), empty) for u in devices.uids},
+    }
+    state["Colla"] = dict(state["DT-ws"])
+    cloud = Cloud(rt, boot.cloud[seed].weights, devices.cloud_data(), seed)
+    ct_weights = boot.cloud[seed].weights
+    for cycle in range(1, p.cycles + 1):
+        start = time.perf_counter()
+        for method in ("DT", "DT-ws", "Colla"):
+            for uid in devices.uids:
+                s = devices.data.devices[uid]
+                x, y = s.take([cycle])
+                weights, slots = common.grow(
+                    state[method][uid].weights,
+                    state[method][uid].slot_places,
+                    y,
+                    None if method == "DT" else pulled_columns,
+                )
+                keep = common.to_slots(slots, y)
+                train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
+                trainer = rt.plain
+                if method == "Colla":
+                    pulled = out.boundary.down(uid, cloud.download(uid))
+                    rt.teacher.assign(list(pulled.parameters), slots)
+                    trainer = rt.distill
+                rng = streams.rng(seed, f"client/{method}/{uid}/{cycle}")
+                weights, history = (
+                    common.fit_until_plateau(trainer, weights, train, val, p, rng, p.client_max_epochs)
+                    if len(train[0])
+                    else (weights, [])
+                )
+                state[method][uid] = DeviceState(weights, slots)
+                tx, ty = s.take([cycle + 1])
+                predicted = _device_predictions(rt.device_model, state[method][uid], tx)
+                out.rows.append(
+                    {
+                        "seed": seed,
+                        "cycle": cycle,
+                        "device": uid,
+                        "method": method,
+                        **scores(ty, predicted),
+                        "train_samples": len(x),
+                        "test_samples": len(tx),
+                        "epochs": len(history),
+                        "places_held": int((slots >= 0).sum()),
+                    }
+                )
+        # CT: the cloud trains the heavy model on every device's raw data so far (parts 0..cycle)
+        parts = [devices.data.devices[u].take(list(range(cycle + 1))) for u in devices.uids]
+        rt.ct.reset(ct_weights)
+        rt.ct.fit(
+            (np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])),
+            p.cloud_update_epochs,
+            p.batch_size,
+            streams.rng(seed, f"ct/{cycle}"),
+        )
+        ct_weights = rt.cloud_model.get_weights()
+        for uid in devices.uids:
+            tx, ty = devices.data.devices[uid].take([cycle + 1])
+            predicted = np.argmax(common.logits(rt.cloud_model, tx), axis=-1)
+            out.rows.append(
+                {
+                    "seed": seed,
+                    "cycle": cycle,
+                    "device": uid,
+                    "method": "CT",
+                    **scores(ty, predicted),
+                    "train_samples": sum(len(b) for _, b in parts),
+                    "test_samples": len(tx),
+                    "epochs": p.cloud_update_epochs,
+                    "places_held": devices.places,
+                }
+            )
+        pooled = Markov(np.concatenate([a[:, -1, 0] for a, _ in parts]), np.concatenate([b for _, b in parts]))
+        for uid in devices.uids:
+            tx, ty = devices.data.devices[uid].take([cycle + 1])
+            for method, predicted in baselines(devices.data.devices[uid], cycle, pooled, tx).items():
+                out.rows.append(
+                    {
+                        "seed": seed,
+                        "cycle": cycle,
+                        "device": uid,
+                        "method": method,
+                        **scores(ty, predicted),
+                        "train_samples": 0,
+                        "test_samples": len(tx),
+                        "epochs": 0,
+                        "places_held": 0,
+                    }
+                )
+        # Colla stage 4: every device pushes its model; the cloud updates and regroups
+        uploads = [
+            out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids
+        ]
+        out.groups.append(cloud.update(uploads, cycle).assign(seed=seed))
+        frame = pd.DataFrame([r for r in out.rows if r["cycle"] == cycle])
+        medians = frame.groupby("method").accuracy.median()
+        log(
+            f"seed {seed} cycle {cycle}/{p.cycles}: median accuracy "
+            + ", ".join(f"{m} {medians[m]:.3f}" for m in (*METHODS, *BASELINES))
+            + f" ({time.perf_counter() - start:.1f}s)"
+        )
+    return out
+
+
+def baselines(device, cycle: int, pooled: Markov, tx: np.ndarray) -> dict[str, np.ndarray]:
+    """Each baseline's predictions for test inputs `tx`: the last step's place, and the device's
+    most frequent place and Markov table from its cycles 1..`cycle` (DT's data), and `pooled`."""
+    x, y = device.take(list(range(1, cycle + 1)))
+    current = tx[:, -1, 0]
+    return {
+        CONTEXT: current,
+        "most frequent place": np.full(len(tx), most_frequent(y)),
+        MARKOV: Markov(x[:, -1, 0], y).predict(current) if len(y) else np.full(len(tx), -1),
+        "Markov (pooled)": pooled.predict(current),
+    }
+
+
+def run_cycles(params: CollaParams, devices: Devices, boot: Bootstrapped, log=print) -> list[SeedRun]:
+    rt = Runtime(params, devices)
+    return [run_seed(params, devices, boot, rt, s, log) for s in params.seed_list]
+
+
+def cycles_table(runs: list[SeedRun]) -> pd.DataFrame:
+    """Per (seed, cycle, device, method): accuracy, precision, recall (aggregate metrics only)."""
+    return pd.DataFrame([r for run in runs for r in run.rows])
+
+
+def groups_table(runs: list[SeedRun]) -> pd.DataFrame:
+    return pd.concat([g for run in runs for g in run.groups], ignore_index=True)
