@@ -205,3 +205,60 @@ def test_devices_with_too_few_days_are_excluded():
         rule,
     )
     assert data.excluded == ["short"] and list(data.devices) == ["long"]
+
+
+def _three_days(rule: places.PlaceRule) -> places.PlaceData:
+    """Each day: home 08:00-08:20 local (three windows), then work 09:00 (one window)."""
+    stays = []
+    for day in ("2009-01-05", "2009-01-06", "2009-01-07"):
+        gmt = pd.Timestamp(day) - pd.Timedelta(hours=8)
+        stays += [(gmt + pd.Timedelta(hours=8), 39.99, 116.30, 30), (gmt + pd.Timedelta(hours=9), 40.5, 116.0, 10)]
+    return places.build({"a": _points(stays)}, rule)
+
+
+def test_visits_collapse_windows_and_carry_duration_and_gap_between_different_places():
+    rule = places.PlaceRule(min_place_bins=1, history=2, bootstrap_days=1, cycle_days=1, cycles=1, sequence="visits")
+    d = _three_days(rule).devices["a"]
+    home, work = d.X[0, 0, 0], d.X[0, 1, 0]
+    assert home != work
+    # visits: home, work, home, work, home, work; the first sample predicts day 2's home from day 1's visits
+    assert len(d.y) == 4 and list(d.y) == [home, work, home, work]
+    x = d.X[0]
+    assert list(x[:, 4]) == [2, 0]  # home lasted 08:00-08:20 (2 windows), work one window
+    assert x[0, 5] == 4 and x[0, 1] == 9 and x[0, 2] == 0  # gap home -> work 08:20 -> 09:00; work starts 09:00
+    assert x[1, 5] == 138 and x[1, 1] == 8 and x[1, 3] == 1  # work -> next home: 23 h = 138 windows, Tuesday 08:00
+    assert np.all(d.y != d.X[:, -1, 0])  # the next place always differs from the current one
+
+
+def test_the_vocabulary_holds_only_places_known_by_then():
+    rule = places.PlaceRule(min_place_bins=2, history=1, bootstrap_days=1, cycle_days=1, cycles=1)
+    # day 1 (part 0): home x3; day 2 (part 1): home x3, work x1; day 3 (part 2, the last test): work x1, gym x3
+    stays = []
+    for day, visits in (
+        ("2009-01-05", [(39.99, 116.30, 30)]),
+        ("2009-01-06", [(39.99, 116.30, 30), (40.5, 116.0, 10)]),
+        ("2009-01-07", [(40.5, 116.0, 10), (41.0, 117.0, 30)]),
+    ):
+        start = pd.Timestamp(day)
+        for k, (lat, lng, minutes) in enumerate(visits):
+            stays.append((start + pd.Timedelta(hours=2 * k), lat, lng, minutes))
+    data = places.build({"a": _points(stays)}, rule)
+    # home is a place from part 0; work has one window before the last test (not a place); gym only in the test
+    assert data.vocabulary_size == 2 and list(data.known_from) == [0, 0]
+    d = data.devices["a"]
+    _, y_test = d.take([2], known_by=1)
+    assert set(y_test.tolist()) == {places.ELSEWHERE}  # work and gym: unknown, a miss whatever is predicted
+
+
+def test_a_place_known_later_is_elsewhere_before():
+    samples = places.DeviceSamples(
+        "a",
+        np.array([[[1, 0, 0, 0, 0, 0]], [[2, 0, 0, 0, 0, 0]]], np.int32),
+        np.array([2, 1], np.int32),
+        np.array([1, 2], np.int8),
+        known_from=np.array([0, 0, 2]),
+    )
+    x, y = samples.take([1, 2], known_by=1)
+    assert x[:, 0, 0].tolist() == [1, places.ELSEWHERE] and y.tolist() == [places.ELSEWHERE, 1]
+    x, y = samples.take([1, 2], known_by=2)
+    assert x[:, 0, 0].tolist() == [1, 2] and y.tolist() == [2, 1]

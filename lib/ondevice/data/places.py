@@ -5,16 +5,28 @@ The paper maps Wi-Fi scans to clusters of access points and slices each device's
 points instead, so a place is a cell of a fixed grid (`cell_m` metres square, longitude scaled at
 `ref_lat`): the grid depends on no data, so every device computes its own places locally and
 ids agree across devices, as the paper's AP clusters do. A window's place is the cell holding
-most of its points. Cells a device visits in fewer than `min_place_bins` windows are merged into
-place 0, "elsewhere"; the place vocabulary is fixed in advance, as the paper's 368 clusters were.
+most of its points.
 
-Each observed window is a step with six id features (location, hour, minute, weekday, duration,
-gap: 24, 60, 7, 144 and 144 ids). Step j carries its place and how long (in 10-minute units, at
-most 143) the device has been there, and the time of the next observation (hour, minute and
-weekday of window j+1, and the gap to it): "vary the input time t_{n+1} to predict the value
-v_{n+1} at any given time". A sample is `history` consecutive steps and the next window's place.
-Samples belong to parts by the day (local time) of that next window: the first `bootstrap_days`
-days with data form part 0 (the cloud's initial data), then every `cycle_days` days one part.
+Two sequences (`PlaceRule.sequence`):
+- "visits" (the paper's features read literally): consecutive windows in the same cell are one
+  visit; a step is a visit, and a sample predicts the next *distinct* place. Duration is how long
+  the visit lasted (last window - first window), Gap the time from its end to the start of the
+  next, different, place (Sec. 2.2).
+- "bins": a step is a window, a sample predicts the next window's place (often the same place).
+  Duration is the windows since the current run of windows in the cell began, Gap the windows to
+  the next observation.
+
+Step j carries its place, Duration and Gap (10-minute units, at most 143), and the hour, minute
+and weekday of step j+1's start: "vary the input time t_{n+1} to predict the value v_{n+1} at any
+given time". A sample is `history` consecutive steps and the next step's place. Samples belong
+to parts by the day (local time) of the predicted step: the first `bootstrap_days` days with data
+form part 0 (the cloud's initial data), then every `cycle_days` days one part.
+
+No future leaks into the place vocabulary: a cell becomes a place from the first part in which
+some device has seen it in `min_place_bins` windows of its own parts up to then, and only parts
+0..cycles (never the last test period) count. `DeviceSamples.take(parts, known_by=c)` maps every
+place not yet known by part c to 0, "elsewhere": a model trained on parts <= c cannot know it,
+and a test label 0 is always a miss.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ FEATURES = ("location", "hour", "minute", "weekday", "duration", "gap")
 TIME_IDS = {"hour": 24, "minute": 60, "weekday": 7, "duration": 144, "gap": 144}
 ELSEWHERE = 0
 METRES_PER_DEGREE = 111_320.0
+SEQUENCES = ("visits", "bins")
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,11 @@ class PlaceRule:
     bootstrap_days: int = 6  # days with data in part 0 (the cloud's initial data)
     cycle_days: int = 6  # days with data per update cycle
     cycles: int = 3  # update cycles; part cycles+1 is the last test period
+    sequence: str = "bins"  # "visits" (next distinct place) or "bins" (next 10-minute window)
+
+    def __post_init__(self):
+        if self.sequence not in SEQUENCES:
+            raise ValueError(f"sequence must be one of {SEQUENCES}, got {self.sequence!r}")
 
     @property
     def days_needed(self) -> int:
@@ -66,10 +84,24 @@ def windows(points: pd.DataFrame, rule: PlaceRule) -> pd.DataFrame:
     return counts.drop_duplicates("window").drop(columns="n").reset_index(drop=True)
 
 
-def device_places(win: pd.DataFrame, rule: PlaceRule) -> np.ndarray:
-    """The cells this device visits in at least `min_place_bins` windows (its places)."""
-    counts = win.cell.value_counts()
-    return np.sort(counts.index[counts >= rule.min_place_bins].to_numpy())
+def window_parts(win: pd.DataFrame, rule: PlaceRule) -> np.ndarray:
+    """The part of each window (by its day's rank among the device's days with data)."""
+    day = win.window.to_numpy(np.int64) * BIN_SECONDS // 86400
+    return part_of(np.searchsorted(np.unique(day), day), rule)
+
+
+def part_of(rank: np.ndarray, rule: PlaceRule) -> np.ndarray:
+    return np.where(rank < rule.bootstrap_days, 0, 1 + (rank - rule.bootstrap_days) // rule.cycle_days)
+
+
+def known_parts(win: pd.DataFrame, rule: PlaceRule) -> dict[int, int]:
+    """Cell -> the first part (0..cycles) by whose end this device has seen it in `min_place_bins`
+    windows; cells it reaches only later, or never, are left out."""
+    frame = pd.DataFrame({"cell": win.cell.to_numpy(), "part": window_parts(win, rule)})
+    frame = frame[frame.part <= rule.cycles]
+    counts = frame.groupby(["cell", "part"]).size().groupby(level=0).cumsum().reset_index(name="n")
+    reached = counts[counts.n >= rule.min_place_bins].groupby("cell").part.min()
+    return {int(c): int(p) for c, p in reached.items()}
 
 
 @dataclass
@@ -80,44 +112,55 @@ class DeviceSamples:
     X: np.ndarray
     y: np.ndarray
     part: np.ndarray
+    known_from: np.ndarray | None = None  # per place id, the first part by which it is known
 
-    def take(self, parts) -> tuple[np.ndarray, np.ndarray]:
+    def take(self, parts, known_by: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The samples of `parts`; with `known_by`, places not yet known by that part are 0."""
         mask = np.isin(self.part, parts)
-        return self.X[mask], self.y[mask]
+        X, y = self.X[mask], self.y[mask]
+        if known_by is not None and self.known_from is not None:
+            unknown = self.known_from > known_by
+            X = X.copy()
+            X[..., 0] = np.where(unknown[X[..., 0]], ELSEWHERE, X[..., 0])
+            y = np.where(unknown[y], ELSEWHERE, y).astype(y.dtype)
+        return X, y
 
     @property
     def digest_source(self) -> bytes:
-        return self.X.tobytes() + self.y.tobytes() + self.part.tobytes()
+        known = b"" if self.known_from is None else self.known_from.tobytes()
+        return self.X.tobytes() + self.y.tobytes() + self.part.tobytes() + known
 
 
 def build_samples(uid: str, win: pd.DataFrame, vocab: dict[int, int], rule: PlaceRule) -> DeviceSamples | None:
     """Steps and samples of one device; None when it has fewer days with data than the parts need."""
     w = win.window.to_numpy(np.int64)
-    place = np.array([vocab.get(int(c), ELSEWHERE) for c in win.cell], np.int32)
-    seconds = w * BIN_SECONDS
-    stamp = pd.to_datetime(seconds, unit="s")
-    day = (seconds // 86400).astype(np.int64)
-    days = np.unique(day)
+    cell = win.cell.to_numpy(np.int64)
+    days = np.unique(w * BIN_SECONDS // 86400)
     if len(days) < rule.days_needed:
         return None
-    # duration: windows since the first step of the current run of steps at the same place
-    run_start = np.zeros(len(w), np.int64)
-    for j in range(1, len(w)):
-        run_start[j] = run_start[j - 1] if place[j] == place[j - 1] else j
-    duration = np.minimum(w - w[run_start], 143)
-    steps = np.zeros((len(w), 6), np.int32)
+    new_run = np.r_[True, cell[1:] != cell[:-1]]  # runs of windows in one cell (raw cells: no vocabulary)
+    run_first = w[np.maximum.accumulate(np.where(new_run, np.arange(len(w)), 0))]
+    if rule.sequence == "visits":
+        run_last = w[np.r_[np.nonzero(new_run)[0][1:] - 1, len(w) - 1]]
+        cell, start, end = cell[new_run], run_first[new_run], run_last
+        duration = end - start
+    else:
+        start = end = w
+        duration = w - run_first
+    place = np.array([vocab.get(int(c), ELSEWHERE) for c in cell], np.int32)
+    stamp = pd.to_datetime(start * BIN_SECONDS, unit="s")
+    steps = np.zeros((len(place), 6), np.int32)
     steps[:, 0] = place
-    steps[:, 4] = duration
-    # time features of the next observation, on step j
+    steps[:, 4] = np.minimum(duration, 143)
+    # time features of the next step's start, on step j
     steps[:-1, 1] = stamp.hour[1:]
     steps[:-1, 2] = stamp.minute[1:]
     steps[:-1, 3] = stamp.dayofweek[1:]
-    steps[:-1, 5] = np.minimum(np.diff(w), 143)
+    steps[:-1, 5] = np.minimum(start[1:] - end[:-1], 143)
     h = rule.history
-    targets = np.arange(h, len(w))  # sample i predicts step i from steps i-h..i-1
+    targets = np.arange(h, len(place))  # sample i predicts step i from steps i-h..i-1
     X = np.stack([steps[t - h : t] for t in targets]) if len(targets) else np.zeros((0, h, 6), np.int32)
-    rank = np.searchsorted(days, day[targets])
-    part = np.where(rank < rule.bootstrap_days, 0, 1 + (rank - rule.bootstrap_days) // rule.cycle_days)
+    part = part_of(np.searchsorted(days, start[targets] * BIN_SECONDS // 86400), rule)
     keep = part <= rule.cycles + 1
     return DeviceSamples(uid, X[keep].astype(np.int32), place[targets][keep], part[keep].astype(np.int8))
 
@@ -130,13 +173,15 @@ class PlaceData:
     devices: dict[str, DeviceSamples]
     vocabulary_size: int
     excluded: list[str]  # devices with too few days with data
+    known_from: np.ndarray | None = None  # per place id, the first part by which it is known
 
     def summary(self) -> pd.DataFrame:
-        """Aggregate counts per part (no place, point or coordinate is in it)."""
+        """Aggregate counts per part (no place, point or coordinate is in it); "share elsewhere" counts
+        the labels whose place is not known by the part a model trained before them has seen."""
         rows = []
         for p in range(self.rule.cycles + 2):
             n = [int((d.part == p).sum()) for d in self.devices.values()]
-            ys = np.concatenate([d.y[d.part == p] for d in self.devices.values()])
+            ys = np.concatenate([d.take([p], known_by=max(p - 1, 0))[1] for d in self.devices.values()])
             rows.append(
                 {
                     "part": "bootstrap (cloud)" if p == 0 else f"cycle {p}",
@@ -150,16 +195,23 @@ class PlaceData:
 
 
 def build(points_by_device: dict[str, pd.DataFrame], rule: PlaceRule) -> PlaceData:
-    """Windows and places on each device, one shared vocabulary (the union of the devices'
-    places, in cell order), then each device's samples."""
+    """Windows on each device, one shared vocabulary (the cells some device made a place in its
+    parts 0..cycles, in cell order) with the part from which each place is known, then each
+    device's samples."""
     wins = {uid: windows(p, rule) for uid, p in points_by_device.items()}
-    cells = np.unique(np.concatenate([device_places(w, rule) for w in wins.values()] + [np.zeros(0, np.int64)]))
-    vocab = {int(c): i + 1 for i, c in enumerate(cells)}
+    first: dict[int, int] = {}
+    for win in wins.values():
+        for c, p in known_parts(win, rule).items():
+            first[c] = min(p, first.get(c, p))
+    cells = sorted(first)
+    vocab = {c: i + 1 for i, c in enumerate(cells)}
+    known_from = np.array([0] + [first[c] for c in cells], np.int64)
     devices, excluded = {}, []
     for uid in sorted(wins):
         s = build_samples(uid, wins[uid], vocab, rule)
         if s is None:
             excluded.append(uid)
         else:
+            s.known_from = known_from
             devices[uid] = s
-    return PlaceData(rule, devices, len(vocab) + 1, excluded)
+    return PlaceData(rule, devices, len(vocab) + 1, excluded, known_from)

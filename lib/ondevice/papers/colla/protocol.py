@@ -10,6 +10,7 @@ whose data crosses to the cloud). Colla's devices and cloud exchange only parame
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ import pandas as pd
 from sklearn.metrics import precision_score
 
 from ondevice import streams
+from ondevice.data.places import ELSEWHERE
 from ondevice.models import mrnn
 from ondevice.models.markov import Markov, most_frequent
 from ondevice.papers.colla import common
@@ -49,9 +51,9 @@ class Runtime:
         self.device_model = mrnn.build(params.device_config(n), 0)
         self.teacher = CloudTeacher(mrnn.build(params.cloud_config(n), 0), params.device_slots)
         slot_task = common.location_task(p, p.device_slots)
-        self.plain = Trainer(self.device_model, slot_task, p.learning_rate)
+        self.plain = Trainer(self.device_model, slot_task, p.device_learning_rate)
         self.distill = Trainer(
-            self.device_model, slot_task, p.learning_rate, hooks=[DistillationHook(self.teacher, p.lam)]
+            self.device_model, slot_task, p.device_learning_rate, hooks=[DistillationHook(self.teacher, p.lam)]
         )
         self.cloud_model = mrnn.build(params.cloud_config(n), 0)
         self.ensemble = ClientEnsemble(self.device_model.get_weights(), len(devices.uids), p.device_slots, n)
@@ -111,12 +113,16 @@ class DeviceState:
 
 def scores(y: np.ndarray, predicted: np.ndarray) -> dict:
     """Accuracy and the paper's weighted precision and recall (weights: each place's share of the
-    test labels). Weighted recall is sum_i w_i TP_i / n_i = sum_i TP_i / n, i.e. accuracy."""
+    test labels), where a label that is no known place (0, "elsewhere") is always a miss. Weighted
+    recall is sum_i w_i TP_i / n_i = sum_i TP_i / n, i.e. accuracy."""
+    predicted = np.where(predicted == ELSEWHERE, -1, predicted)  # predicting "elsewhere" never scores
     labels = np.unique(y)
     return {
         "accuracy": float(np.mean(predicted == y)),
         "precision": float(precision_score(y, predicted, labels=labels, average="weighted", zero_division=0)),
         "recall": float(np.sum([np.sum((predicted == y) & (y == c)) for c in labels]) / len(y)),
+        "test_samples": len(y),
+        "test_unknown_places": int(np.sum(y == ELSEWHERE)),
     }
 
 
@@ -133,8 +139,39 @@ class SeedRun:
     boundary: Boundary = field(default_factory=Boundary)
 
 
+def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, columns, seed: int, label: str):
+    """Stage 3 on one device: the customised FC grows with the cycle's new places, then the model
+    trains on the earlier 80% of the cycle until the latest 20%'s loss plateaus (best epoch kept).
+    Returns the new state and what the fit did (`training_row`, plus the share of validation labels
+    whose place is absent from the training part: what no model of this device can learn)."""
+    p = rt.params
+    weights, slots = common.grow(state.weights, state.slot_places, y, columns)
+    keep = common.to_slots(slots, y)
+    if (keep >= 0).sum() < 2:
+        return DeviceState(weights, slots), training_row([])
+    train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
+    rng = streams.rng(seed, f"client/{label}")
+    weights, history = common.fit_until_plateau(trainer, weights, train, val, p, rng, p.client_max_epochs)
+    new = float(np.mean(~np.isin(val[1], train[1])))
+    return DeviceState(weights, slots), training_row(history) | {"validation_new_places": new}
+
+
+def training_row(history) -> dict:
+    """Epochs and optimizer steps of one fit, in all and up to the epoch kept, and its best loss."""
+    best = getattr(history, "best_epoch", None) or len(history)
+    return {
+        "epochs": len(history),
+        "best_epoch": best if history else 0,
+        "steps": int(sum(h["steps"] for h in history)),
+        "steps_to_best": int(sum(h["steps"] for h in history[:best])),
+        "best_validation_loss": min((h["validation_loss"] for h in history), default=float("nan")),
+        "validation_new_places": float("nan"),
+    }
+
+
 def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runtime, seed: int, log=print) -> SeedRun:
-    """One seed: bootstrapped cloud model, first pull, then every cycle for every method."""
+    """One seed: bootstrapped cloud model, first pull, then every cycle for every method. A cycle's
+    models see places known by its end only; they are tested on the next cycle's samples."""
     p, out = params, SeedRun()
     empty = np.full(p.device_slots, -1, np.int64)
     dt_init = mrnn.build(p.device_config(devices.places), streams.tf_seed(seed, "init/device")).get_weights()
@@ -150,87 +187,51 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
     ct_weights = boot.cloud[seed].weights
     for cycle in range(1, p.cycles + 1):
         start = time.perf_counter()
+        tests = {u: devices.samples(u, [cycle + 1], known_by=cycle) for u in devices.uids}
+        base = {"seed": seed, "cycle": cycle}
         for method in ("DT", "DT-ws", "Colla"):
             for uid in devices.uids:
-                s = devices.data.devices[uid]
-                x, y = s.take([cycle])
-                weights, slots = common.grow(
-                    state[method][uid].weights,
-                    state[method][uid].slot_places,
-                    y,
-                    None if method == "DT" else pulled_columns,
-                )
-                keep = common.to_slots(slots, y)
-                train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
+                x, y = devices.samples(uid, [cycle], known_by=cycle, places_only=True)
                 trainer = rt.plain
                 if method == "Colla":
                     pulled = out.boundary.down(uid, cloud.download(uid))
+                    slots = common.grow(state[method][uid].weights, state[method][uid].slot_places, y)[1]
                     rt.teacher.assign(list(pulled.parameters), slots)
                     trainer = rt.distill
-                rng = streams.rng(seed, f"client/{method}/{uid}/{cycle}")
-                weights, history = (
-                    common.fit_until_plateau(trainer, weights, train, val, p, rng, p.client_max_epochs)
-                    if len(train[0])
-                    else (weights, [])
-                )
-                state[method][uid] = DeviceState(weights, slots)
-                tx, ty = s.take([cycle + 1])
+                columns = None if method == "DT" else pulled_columns
+                label = f"{method}/{uid}/{cycle}"
+                state[method][uid], fit = client_update(rt, trainer, state[method][uid], x, y, columns, seed, label)
+                tx, ty = tests[uid]
                 predicted = _device_predictions(rt.device_model, state[method][uid], tx)
                 out.rows.append(
-                    {
-                        "seed": seed,
-                        "cycle": cycle,
-                        "device": uid,
-                        "method": method,
-                        **scores(ty, predicted),
-                        "train_samples": len(x),
-                        "test_samples": len(tx),
-                        "epochs": len(history),
-                        "places_held": int((slots >= 0).sum()),
-                    }
+                    {**base, "device": uid, "method": method, **scores(ty, predicted), "train_samples": len(x)}
+                    | fit
+                    | {"places_held": int((state[method][uid].slot_places >= 0).sum())}
                 )
         # CT: the cloud trains the heavy model on every device's raw data so far (parts 0..cycle)
-        parts = [devices.data.devices[u].take(list(range(cycle + 1))) for u in devices.uids]
-        rt.ct.reset(ct_weights)
-        rt.ct.fit(
-            (np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])),
-            p.cloud_update_epochs,
-            p.batch_size,
-            streams.rng(seed, f"ct/{cycle}"),
+        pooled_x, pooled_y = devices.pooled(list(range(cycle + 1)), known_by=cycle)
+        train, val = common.split_random(
+            pooled_x, pooled_y, p.validation_fraction, streams.rng(seed, f"ct/val/{cycle}")
         )
-        ct_weights = rt.cloud_model.get_weights()
+        ct_weights, history = common.fit_until_plateau(
+            rt.ct, ct_weights, train, val, p, streams.rng(seed, f"ct/{cycle}"), p.ct_max_epochs, p.cloud_patience
+        )
         for uid in devices.uids:
-            tx, ty = devices.data.devices[uid].take([cycle + 1])
+            tx, ty = tests[uid]
             predicted = np.argmax(common.logits(rt.cloud_model, tx), axis=-1)
             out.rows.append(
-                {
-                    "seed": seed,
-                    "cycle": cycle,
-                    "device": uid,
-                    "method": "CT",
-                    **scores(ty, predicted),
-                    "train_samples": sum(len(b) for _, b in parts),
-                    "test_samples": len(tx),
-                    "epochs": p.cloud_update_epochs,
-                    "places_held": devices.places,
-                }
+                {**base, "device": uid, "method": "CT", **scores(ty, predicted), "train_samples": len(pooled_y)}
+                | training_row(history)
+                | {"places_held": devices.places}
             )
-        pooled = Markov(np.concatenate([a[:, -1, 0] for a, _ in parts]), np.concatenate([b for _, b in parts]))
+        pooled = Markov(pooled_x[:, -1, 0], pooled_y)
         for uid in devices.uids:
-            tx, ty = devices.data.devices[uid].take([cycle + 1])
-            for method, predicted in baselines(devices.data.devices[uid], cycle, pooled, tx).items():
+            tx, ty = tests[uid]
+            for method, predicted in baselines(devices, uid, cycle, pooled, tx).items():
                 out.rows.append(
-                    {
-                        "seed": seed,
-                        "cycle": cycle,
-                        "device": uid,
-                        "method": method,
-                        **scores(ty, predicted),
-                        "train_samples": 0,
-                        "test_samples": len(tx),
-                        "epochs": 0,
-                        "places_held": 0,
-                    }
+                    {**base, "device": uid, "method": method, **scores(ty, predicted), "train_samples": 0}
+                    | training_row([])
+                    | {"places_held": 0}
                 )
         # Colla stage 4: every device pushes its model; the cloud updates and regroups
         uploads = [
@@ -247,10 +248,47 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
     return out
 
 
-def baselines(device, cycle: int, pooled: Markov, tx: np.ndarray) -> dict[str, np.ndarray]:
+def validation_devices(params: CollaParams, devices: Devices) -> list[str]:
+    """Every k-th device (uid order), `validation_devices` of them: the devices settings are chosen on."""
+    step = max(1, len(devices.uids) // params.validation_devices)
+    return devices.uids[::step][: params.validation_devices]
+
+
+def rate_choice(params: CollaParams, devices: Devices, boot: Bootstrapped, log=print) -> pd.DataFrame:
+    """Client-update learning rates compared on the validation devices' cycle-1 data only (no test
+    period is read): for each rate in `rate_grid`, DT (from scratch) and DT-ws (from the first pull)
+    train until the latest 20% of cycle 1 plateaus. The rule, fixed before looking: the rate with
+    the lowest median best validation loss over both methods' fits. One row per fit."""
+    seed, rows = params.seed, []
+    pull = boot.pull[seed].weights
+    for rate in params.rate_grid:
+        rt = Runtime(dataclasses.replace(params, device_learning_rate=rate), devices)
+        init = mrnn.build(params.device_config(devices.places), streams.tf_seed(seed, "init/device")).get_weights()
+        init[-1] = np.zeros_like(init[-1])
+        empty = np.full(params.device_slots, -1, np.int64)
+        for uid in validation_devices(params, devices):
+            x, y = devices.samples(uid, [1], known_by=1, places_only=True)
+            for method, start, columns in (
+                ("DT", DeviceState(init, empty), None),
+                ("DT-ws", DeviceState(common.customise(pull, init), empty), (pull[-2], pull[-1])),
+            ):
+                _, fit = client_update(rt, rt.plain, start, x, y, columns, seed, f"rate/{method}/{uid}")
+                if fit["epochs"]:
+                    rows.append({"rate": rate, "method": method, "device": uid} | fit)
+        losses = [r["best_validation_loss"] for r in rows if r["rate"] == rate]
+        log(f"rate {rate}: median best validation loss {np.median(losses):.3f} over {len(losses)} fits")
+    return pd.DataFrame(rows)
+
+
+def chosen_rate(choice: pd.DataFrame) -> float:
+    """The rule of `rate_choice`: the lowest median best validation loss."""
+    return float(choice.groupby("rate")["best_validation_loss"].median().idxmin())
+
+
+def baselines(devices: Devices, uid: str, cycle: int, pooled: Markov, tx: np.ndarray) -> dict[str, np.ndarray]:
     """Each baseline's predictions for test inputs `tx`: the last step's place, and the device's
     most frequent place and Markov table from its cycles 1..`cycle` (DT's data), and `pooled`."""
-    x, y = device.take(list(range(1, cycle + 1)))
+    x, y = devices.samples(uid, list(range(1, cycle + 1)), known_by=cycle, places_only=True)
     current = tx[:, -1, 0]
     return {
         CONTEXT: current,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ondevice.data.places import ELSEWHERE
 from ondevice.models import mrnn
 from ondevice.papers.colla.common import CollaParams, Devices
 from ondevice.papers.colla.protocol import BASELINES, CONTEXT, MARKOV, METHODS
+from ondevice.report import publish
 
 COST_APPROACHES = ("Same-Whole", "Same-FC", "Customization")  # colla_cost's update approaches
 
@@ -35,14 +37,17 @@ def versus_baselines(last: pd.DataFrame) -> pd.DataFrame:
 
 def shared_places(devices: Devices, params: CollaParams) -> pd.DataFrame:
     """Per device, over the last test period: the place changes (next place differs from the last
-    step's) and how many of them go to a place seen on other devices up to then (their parts
-    0..cycles). Aggregate counts only."""
-    parts = list(range(params.cycles + 1))
-    seen = {u: set(np.unique(devices.data.devices[u].take(parts)[1]).tolist()) for u in devices.uids}
+    step's; with `sequence="visits"` every sample is one), how many go to a place seen on other
+    devices in their parts 0..cycles, how many to one seen on this device, and how many to no place
+    known by then (always a miss). Aggregate counts only."""
+    parts, c = list(range(params.cycles + 1)), params.cycles
+    seen = {
+        u: set(np.unique(devices.samples(u, parts, known_by=c, places_only=True)[1]).tolist()) for u in devices.uids
+    }
     rows = []
     for uid in devices.uids:
         others = set().union(*(seen[o] for o in devices.uids if o != uid))
-        tx, ty = devices.data.devices[uid].take([params.cycles + 1])
+        tx, ty = devices.samples(uid, [c + 1], known_by=c)
         changes = ty[ty != tx[:, -1, 0]]
         rows.append(
             {
@@ -50,9 +55,38 @@ def shared_places(devices: Devices, params: CollaParams) -> pd.DataFrame:
                 "changes": len(changes),
                 "to places seen on other devices": int(np.isin(changes, list(others)).sum()),
                 "to places seen on this device": int(np.isin(changes, list(seen[uid])).sum()),
+                "to no known place": int((changes == ELSEWHERE).sum()),
             }
         )
     return pd.DataFrame(rows)
+
+
+def shared_share(shared: pd.DataFrame) -> float:
+    """The share of all test-time place changes that go to a place seen on other devices."""
+    return float(shared["to places seen on other devices"].sum() / max(shared.changes.sum(), 1))
+
+
+def diagnose(effects: pd.DataFrame, last: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Fill the diagnosis of each effect the audit rule flags (interval excludes the paper's change,
+    >3x off or of the other sign) with one line of this run's measurements: the two medians, how
+    often client fits kept their first epoch and why (validation labels at places absent from the
+    cycle's training part), and where the Markov baselines stand."""
+    medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
+    client = steps[steps.method.isin(["DT", "DT-ws", "Colla"])]
+    kept = float(np.average(client.share_kept_first_epoch, weights=client.fits))
+    new = float(np.average(client.validation_new_places, weights=client.fits))
+    effects = effects.copy()
+    for i, row in effects.iterrows():
+        if publish.diagnosis(row.to_dict()) != "unexplained":
+            continue
+        other = row.effect.rsplit(" ", 1)[-1]
+        line = (
+            f"medians Colla {medians['Colla']:.2f} vs {other} {medians[other]:.2f}; {kept:.0%} of client fits keep "
+            f"their first epoch ({new:.0%} of validation labels are places absent from the cycle's training part); "
+            f"Markov per device {medians[MARKOV]:.2f}, pooled {medians['Markov (pooled)']:.2f}"
+        )
+        effects.loc[i, "diagnosis"] = line
+    return effects
 
 
 def final(cycles: pd.DataFrame) -> pd.DataFrame:
@@ -70,6 +104,40 @@ def best_shares(last: pd.DataFrame) -> pd.DataFrame:
         share = (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
         rows += [{"seed": seed, "method": m, "best share": float(v)} for m, v in zip(METHODS, share)]
     return pd.DataFrame(rows)
+
+
+def best_shares_all(last: pd.DataFrame) -> pd.DataFrame:
+    """Share of devices on which each method or baseline is the most accurate (ties shared), per
+    seed and the mean over seeds."""
+    methods = [m for m in (*METHODS, *BASELINES) if m in set(last.method)]
+    rows = []
+    for seed, group in last.groupby("seed"):
+        wide = group.pivot(index="device", columns="method", values="accuracy")[methods].to_numpy()
+        best = wide == wide.max(axis=1, keepdims=True)
+        rows += [
+            {"seed": seed, "method": m, "best share": float(v)}
+            for m, v in zip(methods, (best / best.sum(axis=1, keepdims=True)).mean(axis=0))
+        ]
+    frame = pd.DataFrame(rows)
+    return frame.groupby("method", sort=False)["best share"].agg(["mean", "min", "max"]).reset_index()
+
+
+def training_steps(cycles: pd.DataFrame) -> pd.DataFrame:
+    """Per neural method: the median fit's epochs and optimizer steps, in all and to the epoch kept,
+    and the share of fits that kept their first epoch (the model barely left its start)."""
+    fits = cycles[cycles.method.isin(METHODS) & (cycles.epochs > 0)]
+    return (
+        fits.groupby("method", sort=False)
+        .agg(
+            fits=("epochs", "size"),
+            median_epochs=("epochs", "median"),
+            median_steps=("steps", "median"),
+            median_steps_to_best=("steps_to_best", "median"),
+            share_kept_first_epoch=("best_epoch", lambda b: float((b == 1).mean())),
+            validation_new_places=("validation_new_places", "mean"),
+        )
+        .reset_index()
+    )
 
 
 def summary_table(last: pd.DataFrame) -> pd.DataFrame:

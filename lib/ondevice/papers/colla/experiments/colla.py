@@ -10,8 +10,11 @@ cycle's data, the test on the next cycle's, and Colla's cloud update with model 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
+
+import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.colla import common
@@ -20,18 +23,24 @@ from ondevice.papers.colla.protocol import (  # noqa: F401  (stages)
     BASELINES,
     METHODS,
     SeedRun,
+    chosen_rate,
     cycles_table,
     groups_table,
+    rate_choice,
     run_cycles,
 )
 from ondevice.papers.colla.report import (  # noqa: F401  (stages)
     best_shares,
+    best_shares_all,
+    diagnose,
     final,
     model_sizes,
     plot_cdfs,
     plot_cycles,
     shared_places,
+    shared_share,
     summary_table,
+    training_steps,
     versus_baselines,
 )
 from ondevice.params import presets
@@ -39,7 +48,8 @@ from ondevice.report import claims, facts, record
 
 NAME = "colla"
 PAPER = facts.paper(NAME)  # Table 1, Sec. 3.2 and 5.3 (top-100 devices, mobility prediction)
-OWN_PRESETS = {"smoke": dict(seeds=1, bootstrap=300), "default": dict(seeds=2), "paper": dict(seeds=3)}
+OTHER_SEQUENCE = {"visits": "bins", "bins": "visits"}  # the variant reported beside the main reading
+OWN_PRESETS = {"smoke": dict(seeds=1, bootstrap=300), "default": dict(seeds=3), "paper": dict(seeds=3)}
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,28 @@ class Params(CollaParams):
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
 
 
+def choose_rate(params: Params, devices: Devices, boot: Bootstrapped, log=print) -> pd.DataFrame:
+    """The client-update learning rate measured on the validation devices (`protocol.rate_choice`);
+    the preset states the choice, and `conclude` records whether this run's measurement agrees."""
+    return rate_choice(params, devices, boot, log)
+
+
+def variant(params: Params, log=print) -> pd.DataFrame:
+    """The other reading of the task (visits <-> 10-minute bins), every method and baseline on its
+    own samples with the same settings: its cycles table."""
+    other = dataclasses.replace(params, sequence=OTHER_SEQUENCE[params.sequence])
+    devices = load_devices(other, log)
+    return cycles_table(run_cycles(other, devices, bootstrap(other, devices, log), log)).assign(sequence=other.sequence)
+
+
 def conclude(
-    params: Params, devices: Devices, boot: Bootstrapped, runs: list[SeedRun], wall_time_s: float
+    params: Params,
+    devices: Devices,
+    boot: Bootstrapped,
+    runs: list[SeedRun],
+    wall_time_s: float,
+    choice: pd.DataFrame | None = None,
+    other: pd.DataFrame | None = None,
 ) -> record.Result:
     cycles = cycles_table(runs)
     last = final(cycles)
@@ -89,9 +119,11 @@ def conclude(
     effects = claims.effects_table(
         PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices"
     )
+    steps = training_steps(cycles)
+    effects = diagnose(effects, last, steps)
     tables = {
         "data": devices.table(),
-        "cycles": cycles.drop(columns=["train_samples"]),
+        "cycles": cycles,
         "summary": summary,
         "best_shares": shares,
         "groups": groups,
@@ -102,8 +134,15 @@ def conclude(
         "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
         "effects": effects,
         "versus_baselines": versus_baselines(last),
+        "best_shares_all": best_shares_all(last),
+        "training_steps": steps,
         "shared_places": shared_places(devices, params),
     }
+    if choice is not None:
+        tables["rate_choice"] = choice
+    if other is not None:
+        tables[f"summary_{other.sequence.iloc[0]}"] = summary_table(final(other))
+        tables[f"versus_baselines_{other.sequence.iloc[0]}"] = versus_baselines(final(other))
     crossings = [r.boundary.log for r in runs]
     return record.Result(
         experiment=NAME,
@@ -117,7 +156,10 @@ def conclude(
             "devices": len(devices.uids),
             "devices_excluded": len(devices.data.excluded),
             "places": devices.places,
+            "sequence": params.sequence,
             "seeds": params.seed_list,
+            "device_learning_rate_measured": chosen_rate(choice) if choice is not None else None,
+            "share of test place changes to places seen on other devices": shared_share(tables["shared_places"]),
             "uploads": sum(1 for log in crossings for c in log if c[0] == "up"),
             "downloads": sum(1 for log in crossings for c in log if c[0] == "down"),
             "parameters_uploaded": sum(sum(u.size for d, _, u in log if d == "up") for log in crossings),
@@ -131,5 +173,7 @@ def run(params: Params, log=print) -> record.Result:
     start = time.perf_counter()
     devices = load_devices(params, log)
     boot = bootstrap(params, devices, log)
+    choice = choose_rate(params, devices, boot, log)
     runs = run_cycles(params, devices, boot, log)
-    return conclude(params, devices, boot, runs, time.perf_counter() - start)
+    other = variant(params, log)
+    return conclude(params, devices, boot, runs, time.perf_counter() - start, choice, other)

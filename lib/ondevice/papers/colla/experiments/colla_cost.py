@@ -81,7 +81,7 @@ def places_per_cycle(params: Params, devices: Devices) -> pd.DataFrame:
     for uid in devices.uids:
         seen: set[int] = set()
         for cycle in range(1, params.cycles + 1):
-            seen |= set(devices.data.devices[uid].take([cycle])[1].tolist())
+            seen |= set(devices.samples(uid, [cycle], known_by=cycle, places_only=True)[1].tolist())
             rows.append({"device": uid, "cycle": cycle, "places_held": min(len(seen), params.device_slots)})
     return pd.DataFrame(rows)
 
@@ -125,18 +125,18 @@ def training_times(params: Params, devices: Devices, boot: Bootstrapped, log=pri
     same_model = mrnn.build(p.device_config(devices.places, customised=False), 0)
     custom_model = mrnn.build(p.device_config(devices.places), 0)
     trainers = {
-        "Same-Whole": Trainer(same_model, common.location_task(p, devices.places), p.learning_rate),
+        "Same-Whole": Trainer(same_model, common.location_task(p, devices.places), p.device_learning_rate),
         "Same-FC": Trainer(
-            same_model, common.location_task(p, devices.places), p.learning_rate, hooks=[FineTune("fc")]
+            same_model, common.location_task(p, devices.places), p.device_learning_rate, hooks=[FineTune("fc")]
         ),
         "Customization": Trainer(
-            custom_model, common.location_task(p, p.device_slots), p.learning_rate, hooks=[FineTune("fc")]
+            custom_model, common.location_task(p, p.device_slots), p.device_learning_rate, hooks=[FineTune("fc")]
         ),
     }
     template = custom_model.get_weights()
     rows = []
     for uid in devices.uids[: p.timing_devices]:
-        x, y = devices.data.devices[uid].take([1])
+        x, y = devices.samples(uid, [1], known_by=1, places_only=True)
         custom, slots = common.grow(
             common.customise(pull, template), np.full(p.device_slots, -1), y, (pull[-2], pull[-1])
         )
@@ -171,7 +171,7 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     p, seed = params, params.seed
     pull = boot.pull[seed].weights
     model = mrnn.build(p.device_config(devices.places), 0)
-    x, y = devices.data.devices[devices.uids[0]].take([1])
+    x, y = devices.samples(devices.uids[0], [1], known_by=1, places_only=True)
     weights, slots = common.grow(
         common.customise(pull, model.get_weights()), np.full(p.device_slots, -1), y, (pull[-2], pull[-1])
     )
@@ -183,7 +183,7 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     return tflite.parity_table(
         model,
         task,
-        p.learning_rate,
+        p.device_learning_rate,
         batches[: p.tflite_check_steps],
         hooks=[DistillationHook(teacher, p.lam)],
         log=log,
