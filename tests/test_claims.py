@@ -185,3 +185,98 @@ def test_resamples_where_both_conditions_are_zero_count_as_no_change():
     r = claims.paired_effect(better, worse, np.random.default_rng(0), n_boot=500, statistic="mean")
     assert np.isfinite([r["ci_low"], r["ci_high"]]).all() and r["ci_low"] <= r["change"] <= r["ci_high"]
     assert r["change"] == pytest.approx(0.5) and r["ci_low"] == 0.0
+
+
+# The audit rule, on hand-made claims: the paper's change is 0.6 / 0.5 - 1 = +20%.
+AUDITED = claims.Paper(
+    "someone 2018",
+    (
+        claims.PaperNumber("before", 0.5, "T1"),
+        claims.PaperNumber("after", 0.6, "T1"),
+        claims.PaperNumber("flat before", 0.5, "T2"),
+        claims.PaperNumber("flat after", 0.5, "T2"),
+    ),
+    (
+        claims.Effect("close to the paper", "after", "before"),
+        claims.Effect("ten times the paper", "after", "before"),
+        claims.Effect("the other sign, explained", "after", "before"),
+        claims.Effect("a third of the paper, noisy", "after", "before"),
+        claims.Effect("the paper sees nothing", "flat after", "flat before"),
+    ),
+)
+
+
+def scaled(scale: float, n: int = 40, noise: float = 0.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user (better, worse) with better = worse * scale (+ noise): a change of scale - 1."""
+    rng = np.random.default_rng(seed)
+    worse = rng.uniform(0.4, 0.6, size=(1, n))
+    return worse * scale + rng.normal(0, noise, size=(1, n)), worse
+
+
+def test_the_audit_rule_on_hand_made_claims_flags_rows_beyond_3x_or_of_the_other_sign():
+    measured = {
+        "close to the paper": scaled(1.5),  # +50%: 2.5x, within 3x
+        "ten times the paper": scaled(3.0),  # +200%: 10x
+        "the other sign, explained": scaled(0.9),  # -10%
+        "a third of the paper, noisy": scaled(1.05, n=6, noise=0.2, seed=3),  # wide interval around +5%
+        "the paper sees nothing": scaled(1.02),  # +2% against 0%: near zero, the interval decides
+    }
+    why = claims.Diagnosis("the cache holds the frozen layers (frozen-share sweep)", "Ablation: the frozen share")
+    effects = claims.effects_table(
+        AUDITED, measured, np.random.default_rng(0), n_boot=500, diagnoses={"the other sign, explained": why}
+    )
+    readings = {
+        r.effect: claims.audit(r["paper change"], r["our change"], r["ci low"], r["ci high"], r.diagnosis)
+        for _, r in effects.iterrows()
+    }
+    assert readings == {
+        "close to the paper": "agrees within 3x",
+        "ten times the paper": "unexplained",
+        "the other sign, explained": "differs, explained by the cache holds the frozen layers (frozen-share sweep)",
+        "a third of the paper, noisy": "agrees: the interval contains the paper's change",
+        "the paper sees nothing": "unexplained",
+    }
+    assert effects.verdict.tolist() == ["holds", "holds", "does not hold", "within noise", "holds"]  # unchanged
+    explained = effects.set_index("effect").loc["the other sign, explained"]
+    assert (explained.diagnosis, explained.section) == (why.text, why.section)
+    assert set(effects.section) == {"", why.section} and effects.resampled.eq("users").all()
+
+
+@pytest.mark.parametrize(
+    "paper,ours,low,high,diagnosis,expected",
+    [
+        (0.10, 0.30, 0.29, 0.31, "", "agrees within 3x"),  # exactly 3x
+        (0.10, 0.31, 0.30, 0.32, "", "unexplained"),  # just over 3x
+        (0.10, 0.0333, 0.03, 0.035, "", "unexplained"),  # under a third
+        (-0.10, -0.25, -0.3, -0.2, "", "agrees within 3x"),  # both negative
+        (0.10, 0.0, -0.0, 0.0, "", "unexplained"),  # zero is not the paper's sign
+        (0.005, 0.004, 0.003, 0.0045, "", "unexplained"),  # near zero: 0.8x, but the interval excludes it
+        (0.005, 0.5, 0.001, 0.9, "", "agrees: the interval contains the paper's change"),
+        (0.10, 2.0, 1.5, 2.5, "  small users\n(Fig. 3) ", "differs, explained by small users (Fig. 3)"),
+        (None, 0.2, 0.1, 0.3, "", "no paper change to compare"),
+        (float("nan"), 0.2, 0.1, 0.3, "", "no paper change to compare"),
+        (0.1, "", 0.1, 0.3, "", "no change measured"),
+        (0.1, 0.2, None, 0.3, "", "no interval"),
+    ],
+)
+def test_the_audit_rule_at_its_edges(paper, ours, low, high, diagnosis, expected):
+    assert claims.audit(paper, ours, low, high, diagnosis) == expected
+
+
+def test_diagnoses_are_one_line_name_claimed_effects_and_repeats_are_recorded():
+    measured = {e.claim: scaled(1.2) for e in AUDITED.effects}
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="one non-empty line"):
+        claims.Diagnosis("two\nlines")
+    with pytest.raises(ValueError, match="one non-empty line"):
+        claims.Diagnosis("  ")
+    with pytest.raises(KeyError, match="typo"):
+        claims.effects_table(AUDITED, measured, rng, n_boot=50, diagnoses={"typo": "x"})
+    effects = claims.effects_table(
+        AUDITED, measured, rng, n_boot=50, diagnoses={"ten times the paper": "plain text"}, resampled="users", repeats=5
+    )
+    row = effects.set_index("effect").loc["ten times the paper"]
+    assert (row.diagnosis, row.section, row.repeats) == ("plain text", "", 5)
+    assert "repeats" not in claims.effects_table(AUDITED, measured, rng, n_boot=50)
+    with pytest.raises(ValueError, match="repeats"):
+        claims.effects_table(AUDITED, measured, rng, n_boot=50, repeats=0)

@@ -149,8 +149,7 @@ def synthetic(tmp_path_factory):
 
 def _summary_rows(text: str) -> list[list[str]]:
     """The cells of SUMMARY.md's table, without the header, Markdown escapes undone."""
-    rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in text.splitlines() if line.startswith("| ")]
-    return [[re.sub(r"\\(.)", r"\1", c.strip()) for c in r] for r in rows[1:]]
+    return [c for c in map(_cells, text.splitlines()) if c][1:]
 
 
 def test_summary_reports_every_effect_of_the_committed_results(committed_site):
@@ -164,28 +163,46 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
     rows = _summary_rows(summary.read_text())
     assert len(rows) == len(expected) >= 1
     for (name, row), cells in zip(expected, rows):
-        assert f"[{name}]({name}/)" == cells[1] and row["effect"] == cells[2]
+        assert f"[{name}]({name}/README.md)" == cells[1] and row["effect"] == cells[2]
         # a paper that gives no number (e.g. DeepType Fig. 1b) shows "-" for its change
         assert cells[3] == (percent(float(row["paper change"])) if row["paper change"] else publish.DASH)
         assert cells[4] == percent(float(row["our change"]))
         if row.get("ci low"):
             assert cells[6].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
-        assert cells[8] == (row.get("verdict") or "-") and cells[9] == publish.diagnosis(row)
+        assert cells[7] == publish.counts(row) and cells[7] != publish.DASH, "the counts column never reads '-'"
+        assert cells[8] == (row.get("verdict") or "-") and cells[9].startswith(publish.diagnosis(row))
         assert cells[10].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
         assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != publish.DASH
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
 
 def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_are_current(committed_site):
-    site, _, entries = committed_site
+    site, summary, entries = committed_site
     for e in entries:
+        assert f"]({e.slug}/README.md)" in summary.read_text() or not e.effects, "SUMMARY.md links each page"
         page = (site.parent / "pages" / e.slug / "README.md").read_text()
-        assert page.count("\n| ") - 1 == len(e.effects) + len(e.run.get("headline") or {}) + (1 if e.effects else 0)
+        lines = page.splitlines()
+        for r in e.effects:
+            cells = next(c for c in map(_cells, lines) if c and c[0] == r["effect"])
+            assert cells[3] == publish.ratio(r) and cells[5] == publish.counts(r)
+            assert cells[7].startswith(publish.diagnosis(r))
+        for name in e.run.get("headline") or {}:
+            assert any(c and c[0] == name for c in map(_cells, lines)), f"{e.slug}: headline {name!r} not on its page"
         for fig in (COMMITTED / e.slug / "figures").glob("*.png"):
             assert f"(figures/{fig.name})" in page
+        for table in (COMMITTED / e.slug / "tables").glob("*.csv"):
+            assert f"(tables/{table.name})" in page
         assert ("Stand-in data" in page) == bool(e.stand_in)
+        assert e.reference in page.replace("\\", "") and "## Provenance" in page and "(run.json)" in page
         committed = COMMITTED / e.slug / "README.md"
         assert committed.read_text() == page, f"{committed} is stale: run make publish SCALE=default"
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table line's cells, escapes undone; [] for any other line."""
+    if not line.startswith("| "):
+        return []
+    return [re.sub(r"\\(.)", r"\1", c.strip()) for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 
 def test_committed_site_has_every_page_and_loads_nothing_from_the_network(committed_site):
@@ -367,35 +384,69 @@ def test_citation_and_claims_come_from_the_facts_file_and_short_citations_keep_p
     assert publish.short_citation("Xu et al., DeepType, IMWUT 2018, Table 1") == "Xu et al., DeepType, IMWUT 2018"
 
 
+def test_the_summary_diagnosis_is_the_audit_rule_of_claims():
+    row = {"paper change": "0.1", "our change": "0.4", "ci low": "0.35", "ci high": "0.45", "diagnosis": ""}
+    assert publish.diagnosis(row) == "unexplained"
+    assert publish.diagnosis({**row, "diagnosis": "tiny users"}) == "differs, explained by tiny users"
+    assert publish.diagnosis({**row, "our change": "0.2", "ci low": "0.15", "ci high": "0.25"}) == "agrees within 3x"
+
+
+def test_an_explained_row_links_its_diagnosis_to_the_notebook_section_that_measures_it(tmp_path):
+    results, papers = tmp_path / "results" / "fake", tmp_path / "papers"
+    (papers / "doe").mkdir(parents=True)
+    (papers / "doe" / "paper.toml").write_text(
+        '[paper]\nshort = "Omega"\ntitle = "Omega"\nauthors = "Jo Doe"\nvenue = "Venue 2021"\n[omega.claims]\n'
+        'citation = "Doe, Omega, Venue 2021, Fig. 2"\n'
+    )
+    exp = results / "omega"
+    (exp / "tables").mkdir(parents=True)
+    base = {"paper change": 0.5, "our change": 5.0, "ci low": 4.0, "ci high": 6.0, "users": 4, "seeds": 1}
+    rows = [
+        {**base, "effect": "cache", "diagnosis": "the frozen share (sweep)", "section": "Ablation: the `frozen` share"},
+        {**base, "effect": "gone", "diagnosis": "a lost section", "section": "Nowhere"},
+        {**base, "effect": "bare", "diagnosis": "no section given", "section": ""},
+        {**base, "effect": "timed", "diagnosis": "", "section": "", "repeats": 5},
+    ]
+    with (exp / "tables" / "effects.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
+        writer.writeheader()
+        writer.writerows(rows)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(t) for t in ("# Omega", "## Ablation: the `frozen` share\n\nText.")]
+    nbformat.write(nb, exp / "omega.ipynb")
+    (exp / "run.json").write_text(json.dumps({"experiment": "omega", "notebook": {"status": "complete"}}))
+    site, summary = tmp_path / "site", tmp_path / "SUMMARY.md"
+    publish.build(results, site, summary_path=summary, papers_dir=papers)
+
+    anchor = "Ablation:-the-frozen-share"
+    cells = {r[2]: r for r in _summary_rows(summary.read_text())}
+    assert summary.read_text().count(f"](omega/omega.ipynb#{anchor})") == 1
+    assert cells["cache"][9] == "differs, explained by [the frozen share (sweep)](omega/omega.ipynb#" + anchor + ")"
+    assert (
+        cells["gone"][9]
+        == "differs, explained by a lost section (its section 'Nowhere' is not a heading of the notebook)"
+    )
+    assert cells["bare"][9] == "differs, explained by no section given"
+    assert cells["timed"][9] == "unexplained" and cells["timed"][7] == "4 users x 5 repeats x 1 seed"
+    assert [r[8] for r in cells.values()] == ["-"] * 4  # no verdict recorded: the diagnosis does not invent one
+    page = (exp / "README.md").read_text()
+    assert f"](omega.ipynb#{anchor})" in page and '- reference: Jo Doe, "Omega", Venue 2021' in page
+    html = (site / "omega" / "index.html").read_text()
+    assert f'differs, explained by <a href="notebook.html#{anchor}">the frozen share (sweep)</a>' in html
+    assert f'href="omega/notebook.html#{anchor}"' in (site / "index.html").read_text()
+    assert f'id="{anchor}"' in (site / "omega" / "notebook.html").read_text()  # the rendered notebook has the target
+
+
 @pytest.mark.parametrize(
     "row,expected",
     [
-        ({"paper change": 0.10, "our change": 0.12, "ci low": 0.05, "ci high": 0.2}, "agrees: the interval contains"),
-        ({"paper change": 0.10, "our change": 0.25, "ci low": 0.2, "ci high": 0.3}, "agrees within 3x"),
-        ({"paper change": 0.10, "our change": 0.40, "ci low": 0.35, "ci high": 0.45}, "unexplained"),
-        ({"paper change": 0.10, "our change": -0.05, "ci low": -0.08, "ci high": -0.01}, "unexplained"),
-        (
-            {
-                "paper change": 0.10,
-                "our change": 0.02,
-                "ci low": 0.01,
-                "ci high": 0.03,
-                "diagnosis": "tiny users (Fig. 3)",
-            },
-            "differs, explained by tiny users (Fig. 3)",
-        ),
-        ({"paper change": 0.003, "our change": 0.002, "ci low": 0.001, "ci high": 0.0025}, "unexplained"),  # near zero
-        (
-            {"paper change": 0.003, "our change": 0.002, "ci low": -0.01, "ci high": 0.01},
-            "agrees: the interval contains",
-        ),
-        ({"paper change": "", "our change": 0.2, "ci low": 0.1, "ci high": 0.3}, "no paper change"),
-        ({"paper change": 0.1, "our change": 0.2}, "no interval"),
+        ({"users": 12, "seeds": 3}, "12 users x 3 seeds"),
+        ({"users": 45, "seeds": 2, "resampled": "devices"}, "45 devices x 2 seeds"),
+        ({"users": 4, "seeds": 1, "repeats": 5}, "4 users x 5 repeats x 1 seed"),
+        ({"test samples": 2000, "seeds": 2}, "2000 test samples x 2 seeds"),
+        ({"users": 12}, "12 users (seeds not recorded)"),
+        ({"users": "", "seeds": ""}, "not recorded"),
     ],
 )
-def test_the_audit_rule_flags_rows_that_differ_by_more_than_3x_or_in_sign(row, expected):
-    assert publish.diagnosis(row).startswith(expected)
-    assert (
-        publish.counts(row) == "not recorded"
-        and publish.counts({"users": 4, "seeds": 1, "resampled": "repeats"}) == "4 repeats x 1 seed"
-    )
+def test_the_resampled_column_says_what_and_how_many_and_never_a_bare_dash(row, expected):
+    assert publish.counts(row) == expected

@@ -36,6 +36,57 @@ class Paper:
     effects: tuple[Effect, ...]
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why our change differs from the paper's, in one line, and the notebook section (its heading,
+    or the heading's anchor) whose measurement shows it, so a reader can check the explanation."""
+
+    text: str
+    section: str = ""
+
+    def __post_init__(self):
+        if not self.text.strip() or "\n" in self.text or "\n" in self.section:
+            raise ValueError(f"a diagnosis is one non-empty line (and its section one line), got {self!r}")
+
+
+NEAR_ZERO = 0.01  # a paper change within 1 point of zero: no ratio is meaningful, the interval alone decides
+FACTOR = 3.0  # ours within a factor of 3 of the paper's change, and of its sign, agrees in size
+
+
+def _finite(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str:
+    """The audit rule, applied to every effect row: does our change tell the paper's story?
+
+    A row differs when our interval excludes the paper's change and ours is more than 3x or less
+    than a third of it, or of the other sign; for a paper change near zero (within NEAR_ZERO) a
+    ratio means nothing, so the interval alone decides. A differing row reads "differs, explained
+    by <diagnosis>" when the experiment measured why, else "unexplained". The verdict (holds, does
+    not hold, within noise) is a separate question and never changes here. Missing values (None,
+    NaN, "") give a reason instead of a judgement.
+    """
+    paper, ours, low, high = (_finite(v) for v in (paper_change, our_change, ci_low, ci_high))
+    if paper is None:
+        return "no paper change to compare"
+    if ours is None:
+        return "no change measured"
+    if low is None or high is None:
+        return "no interval"
+    if low <= paper <= high:
+        return "agrees: the interval contains the paper's change"
+    differs = abs(paper) < NEAR_ZERO or ours * paper <= 0 or not 1 / FACTOR <= ours / paper <= FACTOR
+    if not differs:
+        return f"agrees within {FACTOR:g}x"
+    explained = " ".join(str(diagnosis or "").split())
+    return f"differs, explained by {explained}" if explained else "unexplained"
+
+
 def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:
     """The paper's numbers beside ours (never instead of them)."""
     missing = [n.quantity for n in paper.numbers if n.quantity not in ours]
@@ -143,19 +194,24 @@ def effects_table(
     n_boot: int = 2000,
     level: float = 0.95,
     statistic: str = "median",
-    diagnoses: dict[str, str] | None = None,
+    diagnoses: dict[str, str | Diagnosis] | None = None,
     resampled: str = "users",
+    repeats: int | None = None,
 ) -> pd.DataFrame:
     """One row per claimed effect: the paper's change beside ours, with our interval and verdict.
 
     `measured` maps each effect's claim to per-user (better, worse) arrays, shape (seeds, users).
-    `diagnoses` maps a claim to a one-line explanation, backed by a measurement in the notebook, of
-    why ours differs from the paper's (SUMMARY.md shows it where the audit rule flags the row);
-    `resampled` names what the interval resamples (users, devices, repeats).
+    `diagnoses` maps a claim to a `Diagnosis` (or its one-line text): why ours differs from the
+    paper's, backed by a measurement in the notebook section it names; SUMMARY.md shows it where
+    `audit` flags the row. `resampled` names the units on the users axis (users, devices, repeats);
+    `repeats` is how many timed repeats each value is the median of, when it is one.
     """
-    unknown_diagnoses = set(diagnoses or {}) - {e.claim for e in paper.effects}
+    notes = {c: d if isinstance(d, Diagnosis) else Diagnosis(d) for c, d in (diagnoses or {}).items()}
+    unknown_diagnoses = set(notes) - {e.claim for e in paper.effects}
     if unknown_diagnoses:
         raise KeyError(f"diagnoses for {sorted(unknown_diagnoses)}, which are not effects the paper claims")
+    if repeats is not None and repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     claims = [e.claim for e in paper.effects]
     missing = [c for c in claims if c not in measured]
     if missing:
@@ -186,7 +242,9 @@ def effects_table(
                 "verdict": r["verdict"],
                 "level": level,
                 "resampled": resampled,
-                "diagnosis": (diagnoses or {}).get(e.claim, ""),
+                **({"repeats": repeats} if repeats is not None else {}),
+                "diagnosis": notes[e.claim].text if e.claim in notes else "",
+                "section": notes[e.claim].section if e.claim in notes else "",
             }
         )
     return pd.DataFrame(rows)

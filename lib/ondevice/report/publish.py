@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 from ondevice import REPO_ROOT
 from ondevice.report import facts
-from ondevice.report.claims import percent
+from ondevice.report.claims import audit, percent
 from ondevice.report.record import atomic_write
 
 RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
@@ -57,6 +57,9 @@ class Entry:
     claims: list[str] = field(default_factory=list)
     title: str = ""
     short: str = DASH
+    reference: str = DASH  # the paper's full reference (authors, title, venue), for citing
+    notebook: Path | None = None  # the stored executed notebook
+    headings: list[str] = field(default_factory=list)  # its Markdown headings, for links to a section
 
     @property
     def status(self) -> str:
@@ -150,26 +153,36 @@ def paper_of(name: str, papers_dir: Path = facts.PAPERS) -> tuple[str, list[str]
         return DASH, [], DASH
 
 
+def reference_of(name: str, papers_dir: Path = facts.PAPERS) -> str:
+    """The full reference of the paper an experiment reproduces, from its facts file; "-" if none."""
+    try:
+        paper = facts.paper_of(name, papers_dir)
+        return facts.citation(paper, papers_dir) if paper else DASH
+    except (OSError, ValueError, KeyError, TypeError):
+        return DASH
+
+
 def _notebook_file(path: Path, slug: str) -> Path | None:
     candidates = [path / f"{slug}.ipynb", path / f"{slug.removesuffix('.failed')}.ipynb", *sorted(path.glob("*.ipynb"))]
     return next((p for p in candidates if p.is_file()), None)
 
 
-def _title(notebook: Path | None) -> str:
-    """The first Markdown heading of the notebook, without its '#'s."""
+def _headings(notebook: Path | None) -> list[str]:
+    """The notebook's Markdown headings in order, without their '#'s (the first is its title)."""
     if notebook is None:
-        return ""
+        return []
     try:
         cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
     except (OSError, ValueError, AttributeError):
-        return ""
+        return []
+    headings = []
     for cell in cells:
         if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
             source = cell.get("source", "")
             for line in ("".join(source) if isinstance(source, list) else str(source)).splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return ""
+                if re.match(r"#{1,6} ", line):
+                    headings.append(line.lstrip("#").strip())
+    return headings
 
 
 def load(results_dir: Path, papers_dir: Path = facts.PAPERS) -> list[Entry]:
@@ -184,8 +197,13 @@ def load(results_dir: Path, papers_dir: Path = facts.PAPERS) -> list[Entry]:
         _, effects = read_csv(path / "tables" / "effects.csv")
         citation, claims, short = paper_of(name, papers_dir)
         claims = claims or list(dict.fromkeys(r.get("effect", "") for r in effects if r.get("effect")))
-        title = _title(_notebook_file(path, path.name)) or path.name
-        entries.append(Entry(path.name, path, run, effects, citation, claims, title, short))
+        notebook = _notebook_file(path, path.name)
+        headings = _headings(notebook)
+        title = headings[0] if headings else path.name
+        reference = reference_of(name, papers_dir)
+        entries.append(
+            Entry(path.name, path, run, effects, citation, claims, title, short, reference, notebook, headings)
+        )
     return entries
 
 
@@ -257,14 +275,25 @@ def short_citation(citation: str) -> str:
     return ", ".join(kept[:3])
 
 
+# Columns of effects.csv that count what an interval resampled, and the unit each counts.
+COUNTED = (("users", None), ("devices", "devices"), ("test samples", "test samples"), ("repeats", "repeats"))
+
+
 def counts(row: dict) -> str:
-    """What the interval resampled and how many: '20 users x 3 seeds' (a row may name its unit:
-    devices, repeats); 'not recorded' rather than a silent dash."""
-    units, seeds = row.get("users") or "", row.get("seeds") or ""
-    if not units or not seeds:
+    """What the interval resampled and how many: '20 users x 3 seeds', '4 users x 5 repeats x 1 seed',
+    '2000 test samples x 2 seeds'. The `users` column counts the units a row's `resampled` names
+    (devices, repeats); a row that records nothing says "not recorded", never a silent dash."""
+    parts = []
+    for column, unit in COUNTED:
+        n = _float(row.get(column))
+        if n is not None:
+            parts.append(f"{n:g} {unit or str(row.get('resampled') or '').strip() or 'users'}")
+    seeds = _float(row.get("seeds"))
+    if seeds is not None:
+        parts.append(f"{seeds:g} seed{'s' if seeds != 1 else ''}")
+    if not parts:
         return "not recorded"
-    unit = row.get("resampled") or "users"
-    return f"{units} {unit} x {seeds} seed{'s' if str(seeds) != '1' else ''}"
+    return " x ".join(parts) + ("" if seeds is not None else " (seeds not recorded)")
 
 
 def ratio(row: dict) -> str:
@@ -273,27 +302,32 @@ def ratio(row: dict) -> str:
     return DASH if paper in (None, 0.0) or ours is None else f"{ours / paper:.2g}x"
 
 
-NEAR_ZERO = 0.01  # a paper change within 1 point of zero: no ratio is meaningful, the interval alone decides
-
-
 def diagnosis(row: dict) -> str:
-    """The rule of the audit, computed: a row differs when our interval excludes the paper's change
-    and ours is more than 3x or less than a third of it, or of the other sign (for a paper change
-    near zero, when the interval excludes it). A differing row reads "differs, explained by <the
-    experiment's measured diagnosis>" or "unexplained"; the verdict is unchanged."""
-    paper, ours = _float(row.get("paper change")), _float(row.get("our change"))
-    low, high = _float(row.get("ci low")), _float(row.get("ci high"))
-    if paper is None or ours is None:
-        return "no paper change to compare" if paper is None else DASH
-    if low is None or high is None:
-        return "no interval"
-    if low <= paper <= high:
-        return "agrees: the interval contains the paper's change"
-    differs = abs(paper) < NEAR_ZERO or ours * paper <= 0 or not 1 / 3 <= ours / paper <= 3
-    if not differs:
-        return "agrees within 3x"
-    explained = str(row.get("diagnosis") or "").strip()
-    return f"differs, explained by {explained}" if explained else "unexplained"
+    """The audit rule (`claims.audit`) on one effects.csv row, with the experiment's diagnosis if it
+    gave one: "agrees ...", "differs, explained by ...", "unexplained" or why it cannot tell."""
+    return audit(
+        row.get("paper change"), row.get("our change"), row.get("ci low"), row.get("ci high"), row.get("diagnosis")
+    )
+
+
+def anchor(section: str) -> str:
+    """The URL fragment Jupyter and nbconvert give a notebook heading: its text with spaces as '-'
+    (Markdown emphasis and code marks dropped); a section given as '#anchor' is kept as it is."""
+    section = section.strip()
+    if section.startswith("#") and not section.lstrip("#").startswith(" "):
+        return section[1:]
+    text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", section.lstrip("#").strip())
+    return quote(text.replace(" ", "-"), safe="?/:@!$&'()*+,;=")
+
+
+def section_link(e: "Entry", row: dict) -> str | None:
+    """Where a row's diagnosis is measured: the anchor of its notebook section when the stored
+    notebook has that heading; None without a section, a notebook, or a matching heading."""
+    section = str(row.get("section") or "").strip()
+    if not section or e.notebook is None:
+        return None
+    target = anchor(section)
+    return target if target in {anchor(h) for h in e.headings} else None
 
 
 # ---------------------------------------------------------------- SUMMARY.md
@@ -306,16 +340,93 @@ def _md(text) -> str:
     return MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
+def _md_link(text: str, target: str) -> str:
+    """A Markdown link; parentheses in the target are percent-encoded so they cannot end it."""
+    return f"[{_md(text)}]({target.replace('(', '%28').replace(')', '%29')})"
+
+
+EXPLAINED = "differs, explained by "
+
+
+def diagnosis_of(e: Entry | None, row: dict) -> tuple[str, str | None]:
+    """The diagnosis cell's text and, for an explained row whose section is a heading of the stored
+    notebook, that heading's anchor (the link target); a section the notebook lacks is said."""
+    text = diagnosis(row)
+    section = str(row.get("section") or "").strip()
+    if not text.startswith(EXPLAINED) or not section or e is None:
+        return text, None
+    target = section_link(e, row)
+    return (text, target) if target else (f"{text} (its section {section!r} is not a heading of the notebook)", None)
+
+
+def diagnosis_markdown(e: Entry, row: dict, prefix: str = "") -> str:
+    """The diagnosis cell in Markdown, an explained row linked to the notebook section that measures
+    it (`prefix`: the path from the page to the result's folder)."""
+    text, target = diagnosis_of(e, row)
+    if target is None:
+        return _md(text)
+    return EXPLAINED + _md_link(text.removeprefix(EXPLAINED), f"{prefix}{quote(e.notebook.name)}#{target}")
+
+
+def _effect_cells_markdown(e: Entry, r: dict, prefix: str = "") -> list[str]:
+    """One effects.csv row as Markdown cells under EFFECTS_MD_HEADER."""
+    span = interval(r) if interval(r) == DASH else f"{interval(r)} ({level(r)})"
+    plain = (r.get("effect") or DASH, pct(r.get("paper change")), pct(r.get("our change")), ratio(r), span)
+    return [_md(c) for c in (*plain, counts(r), r.get("verdict") or DASH)] + [diagnosis_markdown(e, r, prefix)]
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+EFFECTS_MD_HEADER = [
+    "| effect | paper's change | our change | ours / paper | interval | resampled | verdict | diagnosis |",
+    "|---|---:|---:|---:|---|---|---|---|",
+]
+INLINE_ROWS, INLINE_COLUMNS = 12, 9  # a table this small is shown on the page, a larger one linked
+SHOWN_ELSEWHERE = {"effects.csv", "headline.csv", "paper_vs_ours.csv"}
+
+
+def _csv_markdown(path: Path) -> list[str]:
+    header, rows = read_csv(path)
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_md(number(r.get(h))) for h in header) + " |" for r in rows]
+
+
+def _provenance_markdown(e: Entry) -> list[str]:
+    run, env = e.run, e.run.get("environment", {})
+    git = env.get("git") or {}
+    commit = str(git.get("commit") or DASH)[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
+    machine = ", ".join(
+        str(x) for x in (env.get("cpu"), f"{env['cpu_count']} cores" if env.get("cpu_count") else None) if x
+    )
+    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
+    lines = [
+        f"- created {_md(run.get('created_at') or DASH)} from code `{commit}` in {duration(e.wall_time_s)}"
+        f" ({_md(_get(run, 'notebook', 'executed_by') or 'executed')})",
+        f"- machine: {_md(machine or DASH)}; Python {_md(env.get('python') or DASH)}; {_md(packages or DASH)}",
+    ]
+    for d in run.get("data", []):
+        files = ", ".join(f"`{a.get('file', DASH)}` (sha256 {str(a.get('sha256', DASH))[:16]})" for a in d["artifacts"])
+        stand_in = f"; stands in for {d['stand_in_for']}" if d.get("stand_in_for") else ""
+        license = str(d.get("license") or DASH).rstrip(". ")
+        lines.append(f"- data {_md(d.get('name', DASH))}: {_md(license)}{_md(stand_in)}; {files or DASH}")
+    params = run.get("params", {})
+    lines += ["", f"<details><summary>Parameters ({len(params)})</summary>", ""]
+    lines += ["| name | value |", "|---|---|"] if params else [DASH]
+    lines += [f"| `{_md(k)}` | {_md(json.dumps(v) if isinstance(v, (dict, list)) else v)} |" for k, v in params.items()]
+    return lines + ["", "</details>"]
+
+
 def experiment_markdown(e: Entry, scale: str) -> str:
     """results/<scale>/<name>/README.md: one result as a page that renders wherever the results are
-    browsed (GitHub, an editor): claims with ratio and diagnosis, headline numbers, figures, files."""
-    git = _get(e.run, "environment", "git", default={}) or {}
-    commit = str(git.get("commit") or DASH)[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
+    browsed (GitHub, an editor): its claims with ratio and diagnosis, headline numbers, the paper's
+    numbers beside ours, figures, its small tables, files and provenance."""
     lines = [
         f"# {_md(e.title)}",
         "",
-        f"`{e.slug}` at scale `{scale}`: generated by `make publish` from this "
-        "folder's run.json and tables; do not edit by hand.",
+        f"`{e.slug}` at scale `{scale}`, one of [all results](../SUMMARY.md): generated by `make publish` from "
+        "this folder's run.json, tables and figures; do not edit by hand.",
         "",
     ]
     if e.stand_in:
@@ -326,47 +437,42 @@ def experiment_markdown(e: Entry, scale: str) -> str:
         ]
     lines += [
         f"- paper: {_md(e.citation)}",
+        f"- reference: {_md(e.reference)}",
         f"- status: {_md(e.status)}; verdicts: {_md(e.verdict)}",
-        f"- wall time: {duration(e.wall_time_s)}; code: `{commit}`",
-        "",
     ]
-    lines += ["## Claimed effects", ""]
-    if e.effects:
-        lines += [
-            "| effect | paper's change | our change | ours / paper | interval | resampled | verdict | diagnosis |",
-            "|---|---:|---:|---:|---|---|---|---|",
-        ]
-        for r in e.effects:
-            cells = (
-                r.get("effect") or DASH,
-                pct(r.get("paper change")),
-                pct(r.get("our change")),
-                ratio(r),
-                interval(r),
-                counts(r),
-                r.get("verdict") or DASH,
-                diagnosis(r),
-            )
-            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    else:
-        lines.append(f"{DASH} (no effects table)")
-    headline = e.run.get("headline") if isinstance(e.run.get("headline"), dict) else {}
+    if e.notebook is not None:
+        lines.append(f"- executed notebook: {_md_link(e.notebook.name, quote(e.notebook.name))}")
+    lines += ["", "## Claimed effects", ""]
+    lines += (
+        EFFECTS_MD_HEADER + [_row(_effect_cells_markdown(e, r)) for r in e.effects]
+        if e.effects
+        else [f"{DASH} (no effects table)"]
+    )
+    headline = e.run.get("headline", {})
     lines += ["", "## Headline numbers", ""]
     if headline:
         lines += ["| quantity | mean over seeds | tolerance | seeds |", "|---|---:|---:|---:|"]
         for name, h in headline.items():
-            seeds = len(h["per_seed"]) if isinstance(h, dict) and isinstance(h.get("per_seed"), list) else DASH
-            lines.append(f"| {_md(name)} | {number(_get(h, 'value'))} | {number(_get(h, 'tolerance'))} | {seeds} |")
+            value, tolerance = number(_get(h, "value")), number(_get(h, "tolerance"))
+            lines.append(f"| {_md(name)} | {_md(value)} | {_md(tolerance)} | {len(h['per_seed'])} |")
     else:
         lines.append(f"{DASH} (no headline numbers)")
+    if (e.path / "tables" / "paper_vs_ours.csv").is_file():
+        lines += ["", "## The paper's numbers beside ours", "", *_csv_markdown(e.path / "tables" / "paper_vs_ours.csv")]
     figures = sorted(p.stem for p in (e.path / "figures").glob("*.png"))
     if figures:
         lines += ["", "## Figures", ""] + [f"![{_md(f)}](figures/{quote(f)}.png)" for f in figures]
-    notebook = _notebook_file(e.path, e.slug)
-    lines += ["", "## Files", ""]
-    lines += [f"- executed notebook: [{_md(notebook.name)}]({quote(notebook.name)})"] if notebook else []
-    lines += ["- [run.json](run.json): parameters, seeds, environment, data and their checksums"]
-    lines += [f"- [tables/{_md(t.name)}](tables/{quote(t.name)})" for t in sorted((e.path / "tables").glob("*.csv"))]
+    small, large = [], []
+    for t in sorted((e.path / "tables").glob("*.csv")):
+        header, rows = read_csv(t)
+        shown = t.name not in SHOWN_ELSEWHERE and 0 < len(rows) <= INLINE_ROWS and len(header) <= INLINE_COLUMNS
+        (small if shown else large).append((_md_link(f"tables/{t.name}", f"tables/{quote(t.name)}"), t, len(rows)))
+    if small or large:
+        lines += ["", "## Tables", ""]
+    for link, t, _ in small:
+        lines += [f"### {link}", "", *_csv_markdown(t), ""]
+    lines += ["As CSV:", ""] + [f"- {link}: {n} rows" for link, _, n in large] + [""] if large else []
+    lines += ["## Provenance", "", "All of it in [run.json](run.json).", "", *_provenance_markdown(e)]
     return "\n".join(lines) + "\n"
 
 
@@ -375,11 +481,15 @@ def summary_markdown(entries: list[Entry], scale: str) -> str:
     lines = [
         f"# Paper vs ours, scale `{scale}`",
         "",
-        "Every effect a paper claims, measured here with a paired bootstrap interval over users. "
-        "Verdict: **holds** (interval above zero), **does not hold** (below zero), **within noise** "
-        "(contains zero); `-` where a result does not carry it. Diagnosis: where the interval excludes "
-        "the paper's change and ours is more than 3x off or of the other sign, the experiment's measured "
-        "explanation, else **unexplained**. Generated by "
+        "Every effect a paper claims, the paper's change beside ours, measured here with a paired bootstrap "
+        "interval. **ours / paper** is the ratio of the two changes; **resampled** says what the interval "
+        "resampled and how many (users, devices, repeats, test samples; seeds). Verdict: **holds** (interval "
+        "above zero), **does not hold** (below zero), **within noise** (contains zero); `-` where a result does "
+        "not carry it. Diagnosis, computed by one rule for every row (`claims.audit`): where the interval "
+        "excludes the paper's change and ours is more than 3x off or of the other sign (for a paper change "
+        "near zero, the interval alone decides), *differs, explained by* the experiment's measurement, linked "
+        "to the notebook section that shows it, or else **unexplained**; the verdict is unchanged. Each "
+        "experiment links to its generated page (claims, tables, figures, provenance). Generated by "
         "`make publish` (`python -m ondevice.report.publish`) from each `*/tables/effects.csv`; "
         "do not edit by hand.",
         "",
@@ -394,23 +504,10 @@ def summary_markdown(entries: list[Entry], scale: str) -> str:
         "|---|---|---|---:|---:|---:|---|---|---|---|---|",
     ]
     for e, r in rows:
-        cells = [
-            _md(c)
-            for c in (
-                e.short if e.short != DASH else short_citation(e.citation),
-                r.get("effect") or DASH,
-                pct(r.get("paper change")),
-                pct(r.get("our change")),
-                ratio(r),
-                interval(r) if interval(r) == DASH else f"{interval(r)} ({level(r)})",
-                counts(r),
-                r.get("verdict") or DASH,
-                diagnosis(r),
-                data_kind(e, r),
-            )
-        ]
-        cells.insert(1, f"[{_md(e.slug)}]({quote(e.slug)}/)")
-        lines.append("| " + " | ".join(cells) + " |")
+        short = e.short if e.short != DASH else short_citation(e.citation)
+        page = _md_link(e.slug, f"{quote(e.slug)}/README.md")
+        cells = _effect_cells_markdown(e, r, f"{quote(e.slug)}/")
+        lines.append(_row([_md(short), page, *cells, _md(data_kind(e, r))]))
     stand_ins = [e for e in entries if e.stand_in and e.effects]
     if stand_ins:
         lines += [
@@ -531,8 +628,17 @@ def _data_cell(e: Entry) -> str:
     return text
 
 
-def _effect_cells(r: dict) -> list[str]:
-    """One effects.csv row as cells under EFFECT_HEADER."""
+def diagnosis_html(e: Entry | None, row: dict, prefix: str = "") -> str:
+    """The diagnosis cell in HTML, an explained row linked to its section of the rendered notebook."""
+    text, target = diagnosis_of(e, row)
+    if target is None:
+        return esc(text)
+    explained = esc(text.removeprefix(EXPLAINED))
+    return f'{EXPLAINED}<a href="{esc(prefix)}notebook.html#{esc(target)}">{explained}</a>'
+
+
+def _effect_cells(r: dict, e: Entry | None = None, prefix: str = "") -> list[str]:
+    """One effects.csv row as cells under EFFECT_HEADER (`prefix`: the path from the page to the result's folder)."""
     span = interval(r)
     span = esc(span) + (f" <small>({esc(level(r))})</small>" if span != DASH else "")
     effect = esc(r.get("effect") or DASH)
@@ -546,7 +652,7 @@ def _effect_cells(r: dict) -> list[str]:
         span,
         esc(counts(r)),
         verdict_badge(r.get("verdict") or DASH),
-        esc(diagnosis(r)),
+        diagnosis_html(e, r, prefix),
     ]
 
 
@@ -607,7 +713,7 @@ def index_page(entries: list[Entry], scale: str) -> str:
     link = '{}<br><small><a href="{}">{}</a></small>'
     effects = [
         [link.format(esc(short_citation(e.citation)), href(e.slug, "index.html"), esc(e.slug))]
-        + _effect_cells(r)
+        + _effect_cells(r, e, f"{quote(e.slug)}/")
         + [_badge("stand-in", "standin") if e.stand_in else esc(data_kind(e))]
         for e in entries
         for r in e.effects
@@ -691,7 +797,7 @@ def experiment_page(e: Entry, scale: str, has_notebook: bool, figures: list[str]
     parts.append('<ul class="links">' + "".join(f'<li><a href="{h}">{esc(t)}</a></li>' for t, h in links) + "</ul>")
     parts.append("<h2>Claimed effects</h2>")
     parts.append(
-        _table(EFFECT_HEADER, [_effect_cells(r) for r in e.effects])
+        _table(EFFECT_HEADER, [_effect_cells(r, e) for r in e.effects])
         if e.effects
         else f"<p>{DASH} (no effects table)</p>"
     )
@@ -866,7 +972,7 @@ def build(
                     shutil.copy2(notebook, dest / f"{e.slug}.ipynb")
                 except Exception as exc:  # an unreadable notebook costs its page, not the site
                     log(f"[publish] {e.slug}: could not render {notebook.name}: {type(exc).__name__}: {exc}")
-                    notebook = None
+                    notebook = e.notebook = None  # no section links into a notebook the site lacks
             page = experiment_page(e, scale, notebook is not None, figures, tables)
             (dest / "index.html").write_text(page, encoding="utf-8")
         (staging / "index.html").write_text(index_page(entries, scale), encoding="utf-8")
