@@ -270,7 +270,7 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
 
 
 def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
-    from ondevice.papers.autlearn.experiments.autlearn_augment_online import stream_pass
+    from ondevice.papers.autlearn.protocol import stream_pass
     from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 
     model, task, x, y = classifier

@@ -6,7 +6,7 @@ import pytest
 import tf_keras as keras
 
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn.techniques import pruning
+from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
 
 
 def small_lstm(seed=0):
@@ -114,12 +114,12 @@ def test_search_stops_at_the_accuracy_budget():
 
 def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
     model = small_lstm()
-    sparse = pruning.magnitude_prune(model, 0.5)
+    sparse = magnitude_pruning.prune(model, 0.5)
     assert [w.shape for w in sparse.weights] == [w.shape for w in model.weights]
     kernel, original = sparse.get_layer("softmax").kernel.numpy(), model.get_layer("softmax").kernel.numpy()
     assert abs((kernel == 0).mean() - 0.5) < 0.02
     assert np.abs(original[kernel == 0]).max() <= np.abs(original[kernel != 0]).min()
-    assert pruning.nonzero_parameters(sparse) < 0.6 * pruning.nonzero_parameters(model)
+    assert magnitude_pruning.nonzero_parameters(sparse) < 0.6 * magnitude_pruning.nonzero_parameters(model)
 
 
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():

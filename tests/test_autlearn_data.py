@@ -9,7 +9,7 @@ import pytest
 from ondevice import streams
 from ondevice.data import femnist, manifests, sent140, shakespeare
 from ondevice.data.shakespeare import Speech
-from ondevice.papers.autlearn import common
+from ondevice.papers.autlearn import common, protocol
 from ondevice.training.trainer import Trainer
 
 
@@ -186,11 +186,11 @@ def test_image_head_step_equals_last_layer_hook_on_the_whole_model():
     pre = common.pretrained_image(params, None, lambda *a: None)
     rng = np.random.default_rng(0)
     x, y = rng.random((8, 28, 28, 1), dtype=np.float32), rng.integers(0, 62, 8).astype(np.int32)
-    step = common.PersonalTrainer(params, "image", pre.model)
+    step = protocol.PersonalTrainer(params, "image", pre.model)
     step.fit(pre.weights, (x, y), streams.rng(0, "t"), epochs=1)
     via_head = step.model.get_weights()
     pre.model.set_weights(pre.weights)
-    hook = Trainer(pre.model, common.image_task(), 0.5, "sgd", hooks=[common.last_layer("image")])
+    hook = Trainer(pre.model, common.image_task(), 0.5, "sgd", hooks=[protocol.last_layer("image")])
     assert [v.name for v in hook.variables] == [v.name for v in pre.model.get_layer("logits").trainable_variables]
     hook.step(x, y)
     whole = pre.model.get_weights()
@@ -214,7 +214,7 @@ def test_text_step_trains_only_the_softmax(speeches, tmp_path, monkeypatch):
     data = common.load_text(params, lambda *a: None, speeches=speeches)
     pre = common.pretrained_text(params, data, lambda *a: None)
     user = data.users[0]
-    step = common.PersonalTrainer(params, "text", pre.model)
+    step = protocol.PersonalTrainer(params, "text", pre.model)
     history = step.fit(pre.weights, data.train[user], streams.rng(0, "t"), epochs=1)
     assert history[0]["steps"] >= 1
     after = step.model.get_weights()
@@ -240,7 +240,7 @@ def test_rate_is_chosen_on_validation_users_only():
         data = common.ImageData(
             None, [], ("t1",), {"t1": writer(test_label, 24)}, {"t1": writer(test_label, 8)}, 3, val
         )
-        return common.choose_rate(params, "image", data, pre, lambda *a: None)
+        return protocol.choose_rate(params, "image", data, pre, lambda *a: None)
 
     chosen, table = choose(7)
     assert chosen.image_personal_learning_rate == 0.05  # learns class 5 of the validation writers
@@ -249,7 +249,7 @@ def test_rate_is_chosen_on_validation_users_only():
     assert all(np.array_equal(a, b) for a, b in zip(pre.model.get_weights(), pre.weights))
     again, other = choose(11)  # other test writers: the same table
     assert again == chosen and other["validation mean top-1"].tolist() == table["validation mean top-1"].tolist()
-    kept, empty = common.choose_rate(
+    kept, empty = protocol.choose_rate(
         tiny(image_rate_candidates=()), "image", common.ImageData(None, [], (), {}, {}, 0, val), pre, lambda *a: None
     )
     assert kept.image_personal_learning_rate == tiny().image_personal_learning_rate and empty.empty

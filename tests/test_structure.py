@@ -17,8 +17,6 @@ MAX_LINES = 300
 # Modules still above the limit, each to be split into its paper's protocol/techniques/report (issue
 # 21); listed by name so that a new or a shrunk-and-regrown module fails.
 OVER_LIMIT = {
-    "autlearn_accuracy",
-    "autlearn_augment_online",
     "autlearn_availability",
     "autlearn_cost",
     "moil_audio",

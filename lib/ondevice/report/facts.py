@@ -38,9 +38,11 @@ def paper_of(experiment: str, papers_dir: Path = PAPERS) -> str | None:
     return next((p for p in papers(papers_dir) if experiment in load(p, papers_dir)), None)
 
 
-def paper(experiment: str, part: str = "claims", papers_dir: Path = PAPERS) -> Paper:
-    """An experiment's numbers and claimed effects (`part`: "claims", or e.g. "time")."""
-    name = paper_of(experiment, papers_dir)
+def paper(experiment: str, part: str = "claims", papers_dir: Path = PAPERS, in_paper: str | None = None) -> Paper:
+    """An experiment's numbers and claimed effects (`part`: "claims", or e.g. "time"), from the
+    facts file that has a section for it, or from `in_paper`'s (which may be a folder the scan
+    skips, such as the new-paper skeleton `_template`)."""
+    name = in_paper if in_paper and experiment in load(in_paper, papers_dir) else paper_of(experiment, papers_dir)
     if name is None:
         raise KeyError(f"no paper.toml under {papers_dir} has a section [{experiment}]")
     section = load(name, papers_dir)[experiment].get(part)

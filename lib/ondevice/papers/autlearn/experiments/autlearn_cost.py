@@ -30,37 +30,35 @@ Stages, one per notebook section: `load`, `compress`, `time_epochs`, `compiler`,
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import tensorflow as tf
 import tf_keras as keras
 
 from ondevice import streams
 from ondevice.data import femnist
-from ondevice.device import availability, tflite
+from ondevice.device import availability
 from ondevice.device.energy import profiles
 from ondevice.device.energy.base import MODELLED
 from ondevice.device.energy.modelled import GovernorModel, ModelledMeter
 from ondevice.models import mobilenet_v1
 from ondevice.papers.autlearn import common
-from ondevice.papers.autlearn.techniques import pruning
+from ondevice.papers.autlearn.techniques import compiler as compiled_step
+from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
 from ondevice.papers.deeptype.techniques import inference_reuse, svd_compression
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.report import claims, record
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.training.trainer import Trainer, make_optimizer, seed_everything, train_step, trainable_variables
+from ondevice.training.trainer import Trainer, seed_everything
 
 NAME = "autlearn_cost"
 MODELS = common.MODEL_NAMES
-PATHS = ("tensorflow", "xla", "tflite")
+PATHS = compiled_step.PATHS
 BASELINE_GOVERNOR = "performance"
 
 PAPER = claims.Paper(
@@ -500,7 +498,7 @@ def _sparse(params, base, evaluate, base_acc, log) -> Compressed:
     """Magnitude pruning at the highest tried sparsity within the budget (the lowest when none is)."""
     chosen = None
     for sparsity in sorted(params.sparsities):
-        model = pruning.magnitude_prune(base, sparsity)
+        model = magnitude_pruning.prune(base, sparsity)
         acc = evaluate(model)
         log(f"LSTM: magnitude pruning {sparsity:.0%}: accuracy {acc:.4f} (uncompressed {base_acc:.4f})")
         if chosen is None or acc >= base_acc - params.max_accuracy_drop:
@@ -522,7 +520,7 @@ def compression_table(variants: dict[str, list[Compressed]]) -> pd.DataFrame:
                     "method": v.method,
                     "detail": v.detail,
                     "parameters": pruning.parameters(v.model),
-                    "nonzero_parameters": pruning.nonzero_parameters(v.model),
+                    "nonzero_parameters": magnitude_pruning.nonzero_parameters(v.model),
                     "forward_mflops": pruning.forward_flops(v.model) / 1e6,
                     "size_mb_float32": len(blob) / 1e6,
                     "size_mb_zlib": len(zlib.compress(blob, 6)) / 1e6,
@@ -560,46 +558,8 @@ def _optimizer(kind: str, params: Params) -> tuple[str, float]:
 
 
 def step_function(path: str, model: keras.Model, kind: str, params: Params, head: str):
-    """One last-layer training step on `path` (tensorflow | xla | tflite): (x, y) -> loss. Each
-    path has its own optimizer state, starting from zero, and trains `model`'s weights as they are
-    (TFLite: a copy of them inside the file)."""
-    task, hooks = _task(kind, params), [FineTune(head)]
-    optimizer, lr = _optimizer(kind, params)
-    if path == "tflite":
-        runner = tflite.interpreter(
-            tflite.convert(tflite.TrainableModel(model, task, lr, optimizer, hooks))
-        ).get_signature_runner("train")
-        names = (task.signature.inputs.name, task.signature.labels.name)
-        dtypes = (task.signature.inputs.dtype.as_numpy_dtype, task.signature.labels.dtype.as_numpy_dtype)
-        return lambda x, y: float(
-            runner(**{names[0]: np.asarray(x, dtypes[0]), names[1]: np.asarray(y, dtypes[1])})["loss"]
-        )
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    variables = trainable_variables(model, hooks)
-    opt = make_optimizer(optimizer, lr)
-    opt.build(variables)
-    sig = task.signature  # unknown batch and length: one trace (XLA still compiles once per shape)
-    fn = tf.function(
-        lambda x, y: train_step(model, task, opt, variables, hooks, x, y),
-        input_signature=[sig.inputs, sig.labels],
-        jit_compile=path == "xla",
-    )
-    return lambda x, y: float(fn(x, y))
-
-
-@contextlib.contextmanager
-def quiet_tracing():
-    """TensorFlow warns when a step function's code is traced again and again (we build one per
-    path, model and variant), naming the function's memory address: a line that differs between
-    two runs of the notebook. Warnings are muted for the block; errors still show."""
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    """One last-layer training step on `path` at this kind's personal optimizer (`techniques/compiler.py`)."""
+    return compiled_step.step_function(path, model, _task(kind, params), *_optimizer(kind, params), [FineTune(head)])
 
 
 def time_steps(step, batches, params: Params) -> tuple[float, int]:
@@ -645,7 +605,7 @@ def time_epochs(params: Params, data: Data, variants: dict[str, list[Compressed]
     """Per model, batch size, timed user and compression: one personal epoch of last-layer training
     on the TensorFlow path, in seconds (measured: mean steady step x steps; counted: FLOPs on the
     modelled CPU), with its counted GFLOPs beside it."""
-    with quiet_tracing():
+    with compiled_step.quiet_tracing():
         return pd.DataFrame(_time_epochs(params, data, variants, log))
 
 
@@ -691,7 +651,7 @@ def compiler(params: Params, data: Data, variants: dict[str, list[Compressed]], 
     """Per model, batch size and timed user: the uncompressed model's epoch on each path, always
     measured (compilers change time, not FLOPs). The losses of each path's first step on the
     same batch from the same weights are kept: they must agree."""
-    with quiet_tracing():
+    with compiled_step.quiet_tracing():
         return pd.DataFrame(_compiler(params, data, variants, log))
 
 
@@ -740,7 +700,7 @@ def first_step_losses(params: Params, data: Data, variants: dict[str, list[Compr
         losses = {}
         for path in params.compiler_paths:
             base.model.set_weights(start)
-            with quiet_tracing():
+            with compiled_step.quiet_tracing():
                 losses[path] = step_function(path, base.model, kind, params, base.head)(*batch)
         base.model.set_weights(start)
         rows += [
@@ -758,7 +718,7 @@ def online(params: Params, data: Data, variants: dict[str, list[Compressed]], lo
     samples, in order) with and without the cache. Without: the fine-tune step (a forward pass
     through every layer, then the head's gradient). With: the head's update from the features the
     prediction already computed. Inference itself is the same on both sides and not counted."""
-    with quiet_tracing():
+    with compiled_step.quiet_tracing():
         return pd.DataFrame(_online(params, data, variants, log))
 
 

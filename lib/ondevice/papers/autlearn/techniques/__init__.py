@@ -1,5 +1,5 @@
-"""AutLearn (autonomous on-device learning) techniques and baselines, one module each: `fedavg`
-(the federated baseline of A2), `eda` and `image_augment` (A3), `pruning` (A5's cloud-side
-compression). AutLearn's own on-device step (last layer only) is DeepType's FineTune hook, used
-through `experiments.autlearn_common`; CloudTrain and CloudCustomize need nothing beyond the
-Trainer; online learning reuses DeepType's `inference_reuse`."""
+"""AutLearn's techniques and baselines, one module each: `fedavg` (the federated baseline), `eda` and
+`image_augment` (data augmentation), `pruning` (the cloud's structured pruning) and
+`magnitude_pruning` (its unstructured alternative), `compiler` (the compiled training step). The
+on-device step itself (last layer only), bucketing, the inference cache and the SVD compression are
+DeepType's modules, the same methods (see `protocol`)."""

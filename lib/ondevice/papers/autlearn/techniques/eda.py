@@ -127,24 +127,22 @@ class EDA:
             return [words[rng.integers(len(words))]]
         return [w for w, k in zip(words, keep) if k]
 
+    def apply(self, op: str, words: list[str], rng: np.random.Generator) -> list[str]:
+        """One operation ("sr", "ri", "rs", "rd") at this EDA's strength: a share of the sentence's
+        words (at least one), or for deletion a probability per word."""
+        if op == "rd":
+            return self.random_deletion(words, self.p_rd, rng)
+        n = max(1, int(getattr(self, f"alpha_{op}") * len(words)))
+        return {"sr": self.synonym_replacement, "ri": self.random_insertion, "rs": self.random_swap}[op](words, n, rng)
+
     def augment(self, words: list[str], n_aug: float, rng: np.random.Generator) -> list[list[str]]:
         """Up to n_aug new sentences from one (the original is not among them)."""
         if n_aug < 0:
             raise ValueError(f"EDA n_aug must be >= 0, got {n_aug!r}")
         if not words:
             return []
-        per_op, n = int(n_aug / len(self.operations)) + 1, len(words)
-        made = []
-        for op in self.operations:
-            for _ in range(per_op):
-                if op == "sr":
-                    made.append(self.synonym_replacement(words, max(1, int(self.alpha_sr * n)), rng))
-                elif op == "ri":
-                    made.append(self.random_insertion(words, max(1, int(self.alpha_ri * n)), rng))
-                elif op == "rs":
-                    made.append(self.random_swap(words, max(1, int(self.alpha_rs * n)), rng))
-                else:
-                    made.append(self.random_deletion(words, self.p_rd, rng))
+        per_op = int(n_aug / len(self.operations)) + 1
+        made = [self.apply(op, words, rng) for op in self.operations for _ in range(per_op)]
         made = [made[i] for i in rng.permutation(len(made))]
         if n_aug >= 1:
             return made[: int(n_aug)]

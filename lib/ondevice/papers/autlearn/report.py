@@ -1,0 +1,278 @@
+"""How the AutLearn experiments report: (seeds, users) matrices for paired effects, effect rows for
+claims without a table in paper.toml, the run record, and the notebooks' figures (one style)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ondevice.data.device_traces import AUTONOMOUS, CHARGING, FEDERATED
+from ondevice.papers.autlearn.common import MODEL_NAMES
+from ondevice.report import claims, facts, record
+
+COLOURS = {AUTONOMOUS: "#00798c", FEDERATED: "#d1495b", CHARGING: "#8c8c8c"}
+RED = "#d1495b"
+
+
+def wide(table: pd.DataFrame, value: str, **where) -> np.ndarray:
+    """One measurement of the rows matching `where` as (seeds, users), users sorted (one row when
+    the table has no seed column): what a paired effect compares."""
+    sel = table[np.logical_and.reduce([table[k] == v for k, v in where.items()])] if where else table
+    sel = sel if "seed" in sel else sel.assign(seed=0)
+    return sel.pivot(index="seed", columns="user", values=value).sort_index(axis=1).to_numpy(float)
+
+
+def effect_row(effect: str, paper_change: float, better, worse, rng, n_boot: int, **extra) -> dict:
+    """A claim's row as `claims.effects_table` writes it (for claims whose paper change is no
+    ratio of two paper numbers): our relative change of the mean over users with its paired bootstrap
+    interval, `extra` columns after the interval."""
+    r = claims.paired_effect(better, worse, rng, n_boot=n_boot, statistic="mean")
+    interval = {"our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"]}
+    counts = ("users", "seeds", "users improved", "users worse", "sign test p", "verdict")
+    rest = {k: r[k.replace(" ", "_")] for k in counts}
+    return {"effect": effect, "paper change": paper_change, **interval, **extra, **rest, "level": 0.95}
+
+
+def verdicts(effects: pd.DataFrame, without_number: str) -> str:
+    """Markdown: the claims with a paper number through `claims.verdict_text`, then those without one,
+    each followed by what the paper says instead (`without_number`)."""
+    lines = [claims.verdict_text(effects[effects["paper change"].notna()], None)]
+    for _, row in effects[effects["paper change"].isna()].iterrows():
+        lines.append(
+            f"- **{row['effect']}**: {row['verdict']} in our measurement: {claims.percent(row['our change'])} "
+            f"(95% interval {claims.percent(row['ci low'])} to {claims.percent(row['ci high'])}, "
+            f"{row['users']} users x {row['seeds']} seed(s); {without_number})."
+        )
+    return "\n".join(lines)
+
+
+def result(name: str, params, tables: dict, headline: dict, data: list, stand_in, wall_time_s, artifacts=None, **notes):
+    """The run's record, with the headline table among the tables."""
+    tables = {**tables, "headline": claims.headline_table(headline)}
+    return record.Result(
+        name,
+        params.to_dict(),
+        tables,
+        data,
+        stand_in,
+        wall_time_s,
+        notes=notes,
+        headline=headline,
+        artifacts=artifacts or {},
+    )
+
+
+def rate_notes(params, text, images) -> dict:
+    """What run.json records of the on-device rates and the users they were chosen on."""
+    return {
+        "on_device_rates_chosen": {
+            "text": params.text_personal_learning_rate,
+            "image": params.image_personal_learning_rate,
+        },
+        "validation_users": {"text": list(text.validation.users), "image": list(images.validation.users)},
+        "effects_statistic": "mean over users (paired bootstrap)",
+    }
+
+
+def augment_online_summary(augmented: pd.DataFrame, online: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_augment_online: median and mean top-1 per model and condition."""
+    stats = lambda table, by, value: table.groupby(["model", by])[value].agg(["median", "mean", "count"]).reset_index()
+    parts = [
+        stats(augmented, "augmentation", "top1")
+        .rename(columns={"augmentation": "condition"})
+        .assign(experiment="A3 augmentation", part="test part")
+    ]
+    parts += [
+        stats(online, "condition", f"top1_{p}").assign(experiment="A4 online", part=p) for p in ("stream", "last")
+    ]
+    columns = ["experiment", "model", "part", "condition", "users", "median", "mean"]
+    return pd.concat(parts, ignore_index=True).rename(columns={"count": "users"})[columns]
+
+
+def larger_later_text(eff: pd.DataFrame, claims_: dict, stand_in: str) -> str:
+    """autlearn_augment_online: the verdict bullets of the claims with a paper number, then the "larger
+    later" claims (`claims_[("online", kind, part)]`): our last-part change against our whole-stream
+    change (point estimates)."""
+    lines = [claims.verdict_text(eff[eff["paper change"].notna()], None)]
+    for kind in ("text", "image"):
+        stream, last = (eff[eff.effect == claims_[("online", kind, part)][0]].iloc[0] for part in ("stream", "last"))
+        larger = "larger" if last["our change"] > stream["our change"] else "not larger"
+        lines.append(
+            f"- **{MODEL_NAMES[kind]}, larger later** (the paper gives no number): on the last part of the streams "
+            f"online learning changes top-1 by {claims.percent(last['our change'])} (95% interval "
+            f"{claims.percent(last['ci low'])} to {claims.percent(last['ci high'])}, {last['verdict']}), "
+            f"{larger} than over the whole stream ({claims.percent(stream['our change'])})."
+        )
+    lines.append(
+        f"- Our data is **stand-in data** for {stand_in}. Absolute numbers are not comparable with the "
+        "paper's; the direction and size of each effect are."
+    )
+    return "\n".join(lines)
+
+
+# ---- figures: each takes an experiment's tables and returns a matplotlib figure ------------------
+
+
+def _finish(fig):
+    import seaborn as sns
+
+    sns.despine(fig)
+    fig.tight_layout()
+    return fig
+
+
+def plot_methods(users: pd.DataFrame, methods: tuple[str, ...]):
+    """Fig. 7 as ours: per model, each user's top-1 per method (mean over seeds), means marked."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    per_user = users.groupby(["model", "method", "user"], as_index=False).top1.mean()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, model in zip(axes, MODEL_NAMES.values()):
+        d = per_user[per_user.model == model]
+        sns.stripplot(data=d, x="top1", y="method", order=list(methods), color="0.6", size=3, jitter=0.2, ax=ax)
+        means = d.groupby("method").top1.mean().reindex(methods)
+        ax.scatter(means.values, range(len(methods)), marker="|", s=500, color=RED, zorder=3, label="mean")
+        ax.set(title=model, xlabel="top-1 on the user's test part", ylabel="")
+        ax.legend(frameon=False, loc="lower right")
+    return _finish(fig)
+
+
+def plot_training(training: pd.DataFrame):
+    """CloudTrain's loss per epoch and FedAvg's mean client loss per round."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for ax, (kind, model) in zip(axes, MODEL_NAMES.items()):
+        d = training[training.kind == kind]
+        sns.lineplot(data=d, x="step", y="loss", hue="method", style="seed", marker="o", ax=ax)
+        xlabel = "epoch (CloudTrain) or round (FedAvg)"
+        ax.set(title=f"{model}: cloud epochs / FedAvg rounds", xlabel=xlabel, ylabel="training loss")
+        ax.legend(frameon=False, fontsize=8)
+    return _finish(fig)
+
+
+def plot_curve(curve: pd.DataFrame, params):
+    """Cumulative top-1 along each stream, with and without online updates (median over users)."""
+    import seaborn as sns
+
+    med = curve.assign(at=(curve.fraction * params.curve_points).round() / params.curve_points)
+    med = med.groupby(["model", "condition", "at"], as_index=False).cumulative_top1.median()
+    style = dict(
+        kind="line", marker="o", palette=["#8c8c8c", RED], height=3.4, aspect=1.15, facet_kws={"sharey": False}
+    )
+    grid = sns.relplot(data=med, x="at", y="cumulative_top1", hue="condition", col="model", **style)
+    for ax in grid.axes.flat:
+        ax.axvspan(1 - params.last_fraction, 1, color="0.92", zorder=0)
+    grid.set_axis_labels("share of the user's stream seen", "cumulative top-1 (median over users)")
+    grid.figure.suptitle("Online learning while the user uses the model", y=1.04)
+    return grid.figure
+
+
+def plot_augmentation(augmented: pd.DataFrame):
+    """Per user: top-1 with augmentation against without (above the diagonal: augmentation helped)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    for ax, model in zip(axes, ("LSTM", "MobileNet")):
+        t = augmented[augmented.model == model].pivot(index="user", columns="augmentation", values="top1")
+        ax.scatter(t["without"], t["with"], s=18, color="#30638e")
+        lo, hi = float(np.nanmin(t.to_numpy())), float(np.nanmax(t.to_numpy()))
+        ax.plot([lo, hi], [lo, hi], color="0.6", lw=1)
+        ax.set(title=model, xlabel="top-1 without augmentation", ylabel="top-1 with augmentation")
+    fig.tight_layout()
+    return fig
+
+
+def plot_times(epochs: pd.DataFrame, compiled: pd.DataFrame, online: pd.DataFrame):
+    """Fig. 8 as ratios: each technique's median epoch (or update) time over its baseline's, per
+    model; dots are single users."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    rows = []
+    sources = (
+        (epochs, ["model", "batch"], "method", "uncompressed", "epoch_seconds", "{}"),
+        (compiled, ["model", "batch"], "path", "tensorflow", "epoch_time_seconds", "compiler: {}"),
+        (online, ["model"], "condition", "without cache", "update_seconds", "inference cache"),
+    )
+    for table, keys, column, baseline, value, technique in sources:
+        for key, sub in table.groupby(keys):
+            setting = f"{key[0]} b{key[1]}" if len(keys) == 2 else f"{key[0]} online"
+            base = sub[sub[column] == baseline].set_index("user")[value]
+            for r in sub[sub[column] != baseline].itertuples():
+                ratio = getattr(r, value) / base[r.user]
+                rows.append({"setting": setting, "technique": technique.format(getattr(r, column)), "ratio": ratio})
+    data = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    sns.barplot(data=data, x="setting", y="ratio", hue="technique", estimator=np.median, errorbar=None, ax=ax)
+    dots = dict(dodge=True, size=3, color="0.2", legend=False, ax=ax)
+    sns.stripplot(data=data, x="setting", y="ratio", hue="technique", **dots)
+    ax.axhline(1, color="0.5", lw=0.8, ls="--")
+    title = "Training time of each technique relative to its baseline"
+    ax.set(ylabel="time / baseline's (median over users)", xlabel="", title=title)
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1, 1), frameon=False, fontsize=8)
+    return _finish(fig)
+
+
+def plot_energy(energy: pd.DataFrame):
+    """Fig. 9: modelled energy and time, normalised to un-optimised training on `performance`."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, (col, what) in zip(axes, (("energy_norm", "energy"), ("time_norm", "training time"))):
+        bars = dict(hue="variant", estimator=np.median, errorbar=None, ax=ax, legend=ax is axes[0])
+        sns.barplot(data=energy, x="governor", y=col, **bars)
+        ax.axhline(1, color="0.5", lw=0.8, ls="--")
+        ax.set(ylabel=f"normalised {what}", title=f"LSTM {what} (modelled, {energy.note.iloc[0].split(',')[0]})")
+        ax.title.set_fontsize(9)
+    return _finish(fig)
+
+
+def plot_availability(minutes: pd.DataFrame, synthetic: bool):
+    """Fig. 2: CDF over devices of minutes per day in each condition, with the paper's medians."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for c, g in minutes.groupby("condition", sort=False):
+        x = np.sort(g.minutes_per_day.to_numpy())
+        line = dict(where="post", color=COLOURS[c], ls="--" if c == CHARGING else "-", label=f"{c} (ours)")
+        ax.step(x, np.arange(1, len(x) + 1) / len(x), **line)
+    for n, c in zip(facts.paper("autlearn_availability").numbers, (AUTONOMOUS, FEDERATED)):
+        ax.axvline(n.value, color=COLOURS[c], ls=":", lw=1.2, label=f"paper's median, {c}")
+    title = "Trainable minutes per day" + (" (synthetic trace)" if synthetic else "")
+    ax.set(xlabel="minutes per day in the condition", ylabel="share of devices (CDF)", title=title)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_finish(finish: pd.DataFrame, params):
+    """Left: CDF over devices of the median hours to finish; right: share finishing within the
+    horizon vs epochs. Phone times are extrapolations."""
+    import matplotlib.pyplot as plt
+
+    styles = {AUTONOMOUS: "-", FEDERATED: "-", CHARGING: "--"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    head = finish[(finish.variant == params.variant) & (finish.epochs == params.personal_epochs)]
+    for c, g in head.groupby("condition", sort=False):
+        hours = g.median_hours_to_finish.to_numpy()
+        x = np.sort(hours[np.isfinite(hours)])  # the rest never finish within the trace: the CDF stays below 1
+        left.step(x, np.arange(1, len(x) + 1) / len(hours), where="post", color=COLOURS[c], ls=styles[c], label=c)
+    left.axvline(params.horizon_hours, color="k", ls=":", lw=1)
+    xlabel = "hours from the model's arrival to a personalised model\n(median over start hours)"
+    title = f"{params.variant}, {params.personal_epochs} epochs (phone time extrapolated)"
+    left.set(xlim=(0, None), ylim=(0, 1.02), xlabel=xlabel, ylabel="share of devices (CDF)", title=title)
+    left.legend(frameon=False, fontsize=8)
+    by_epochs = finish[finish.variant == params.variant].groupby(["condition", "epochs"], sort=False)
+    grid = by_epochs.share_within_horizon.mean()
+    for c in head.condition.unique():
+        s = grid.loc[c]
+        right.plot(s.index, s.values, marker="o", color=COLOURS[c], ls=styles[c], label=c)
+    ylabel, title = f"share finishing within {params.horizon_hours:g} h", "Finishing within a day vs training length"
+    right.set(xlabel="personal epochs", ylabel=ylabel, ylim=(0, 1.02), title=title)
+    right.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
