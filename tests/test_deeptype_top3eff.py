@@ -43,9 +43,29 @@ def test_one_row_per_user_condition_and_seed(two_runs):
     assert set(users.user).isdisjoint(split["validation"])
     assert users.top_k_eff.between(0, 1).all()
     wide = users.pivot_table(index=["seed", "user"], columns="condition", values="steps")
-    # the control trains exactly as many steps as personalization; so does the model without a global one
-    assert (wide[exp.CONTROL] == wide[exp.P_CROWD]).all() and (wide[exp.P_ONLY] == wide[exp.P_CROWD]).all()
-    assert (wide[exp.G_CROWD] == 0).all() and (wide[exp.P_CROWD] > 0).all()
+    # the control trains exactly as many steps as personalization kept (up to its kept epoch)
+    assert (wide[exp.CONTROL] == wide[exp.P_CROWD]).all() and (wide[exp.G_CROWD] == 0).all()
+    trained = users[users.condition.isin([exp.P_CROWD, exp.P_FAR, exp.P_ONLY])]
+    assert (trained.steps_run > 0).all() and (trained.steps <= trained.steps_run).all()
+    assert trained.kept_epoch.between(0, result.params["personal_epochs"]).all()
+    assert ((trained.steps == 0) == (trained.kept_epoch == 0)).all()
+
+
+def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(two_runs):
+    result, _ = two_runs
+    users, curves = result.tables["users"], result.tables["personal_curves"]
+    keys = ["seed", "user", "condition"]
+    assert set(curves.condition) == {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED} & set(users.condition)
+    for key, curve in curves.groupby(keys):
+        curve = curve.sort_values("epoch")
+        assert list(curve.epoch) == list(range(len(curve)))  # epoch 0 (the start), then each epoch run
+        kept = users.set_index(keys).loc[key, "kept_epoch"]
+        assert kept == curve.epoch.iloc[int(np.argmin(curve.holdout_loss.to_numpy()))]
+    kept = result.tables["kept_epochs"]
+    assert kept.filter(like="epoch_").to_numpy().sum() == len(users.dropna(subset=["kept_epoch"]))
+    overlap = result.tables["crowd_overlap"].set_index("global_text")
+    assert overlap.loc["crowd", "global_users_in_a_test_users_group"] == 0  # the clean crowd
+    assert overlap.share_found.between(0, 1).all()
     # one global model per corpus (global_seeds = 1): both seeds score the same global model
     g = users[users.condition.isin([exp.G_CROWD, exp.G_FAR])].pivot_table(
         index=["user", "condition"], columns="seed", values="top_k_eff"
@@ -102,3 +122,15 @@ def test_bad_parameters_name_the_field():
         exp.Params.for_scale("smoke", personal_optimizer="rmsprop")
     with pytest.raises(ParameterError, match="personal_epochs"):
         exp.Params.for_scale("smoke", personal_epochs=0)
+
+
+def test_sensitivity_switches_each_choice_back_once(two_runs):
+    result, _ = two_runs
+    table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
+    assert list(table.protocol) == ["this protocol", *exp.sensitivity.SWITCHES]
+    assert table["ci low"].le(table["our change"]).all() and table["our change"].le(table["ci high"]).all()
+    fixed = table.set_index("protocol").loc["fixed personal epochs, no per-user hold-out"]
+    assert fixed.median_kept_epoch == result.params["personal_epochs"]  # no hold-out: every epoch is kept
+    old_crowd = cost.loc["crowd includes the test and validation users' plays"]
+    clean = result.tables["data"].set_index("role").loc["crowd", "users"]
+    assert old_crowd.crowd_users > clean  # the switched-back crowd has the set-apart roles again

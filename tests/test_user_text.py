@@ -3,6 +3,7 @@ meaning of out-of-order and duplicate timestamps; a DeepType corpus read from su
 
 import json
 
+import numpy as np
 import pytest
 
 from ondevice.data import user_text
@@ -93,6 +94,36 @@ def test_a_deeptype_corpus_from_a_user_file(speeches, tmp_path):
     )
     with pytest.raises(ParameterError, match="corpus"):
         _params(corpus=str(tmp_path / "absent.jsonl"))
+
+
+@pytest.mark.parametrize("n_users, test, validation", [(4, 2, 1), (5, 2, 1), (12, 4, 2), (40, 16, 6)])
+def test_a_small_user_file_gets_a_split_scaled_to_its_users(tmp_path, n_users, test, validation):
+    """Fewer users than the preset asks for: 40% test (at least 2, from the heavier half), 20%
+    validation (at least 1), the rest crowd; every user in exactly one role."""
+    rng = np.random.default_rng(n_users)
+    words = [f"w{i}" for i in range(50)]
+    lines = [
+        user_text.Message(f"user{u:02d}", float(t), " ".join(rng.choice(words, 8)) + ".")
+        for u in range(n_users)
+        for t in range(20 + 10 * u)
+    ]
+    path = tmp_path / "own.jsonl"
+    user_text.write(lines, path)
+    from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
+
+    corpus = common.load_corpus(Params.for_scale("default", corpus=str(path)), log=lambda _: None)
+    split = corpus.split  # the default preset asks for 20 test users with 4,650 words, 6 validation users
+    assert (len(split.test), len(split.validation)) == (test, validation)
+    assert len(split.crowd) == n_users - test - validation
+    sizes = {u: sum(map(len, s)) for u, s in corpus.users.items()}
+    assert min(sizes[u] for u in split.test) >= np.median(list(sizes.values()))  # the heavier half
+
+
+def test_a_user_file_with_too_few_users_is_a_clear_error(tmp_path):
+    path = tmp_path / "three.jsonl"
+    user_text.write([user_text.Message(f"u{i}", 0.0, "a few words here.") for i in range(3)], path)
+    with pytest.raises(ParameterError, match="3 users; a split needs at least 4"):
+        common.load_corpus(_params(corpus=str(path)), log=lambda _: None)
 
 
 def _params(**overrides):

@@ -24,6 +24,14 @@ class SplitRule:
     validation_min_words: int  # validation users: [min, max) words, disjoint from test users
     validation_max_words: int
     seed: int = 0
+    # The crowd leaves out every user of a test or validation user's group (a play's other roles:
+    # they speak in the same scenes, so the crowd's text would carry the test period's context).
+    crowd_excludes_groups: bool = True
+
+
+def group_of(user: str) -> str:
+    """A user's group: the part of the name before the first "/" (Shakespeare: the play), else the user."""
+    return user.partition("/")[0]
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,10 @@ class UserSplit:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
     def role(self, user: str) -> str:
-        return "test" if user in self.test else "validation" if user in self.validation else "crowd"
+        """test, validation, crowd, or "set apart" (a user of a test or validation user's group)."""
+        if user in self.test or user in self.validation:
+            return "test" if user in self.test else "validation"
+        return "crowd" if user in self.crowd else "set apart"
 
 
 def _draw(candidates: list[str], n: int, rng, what: str) -> list[str]:
@@ -75,7 +86,11 @@ def make_split(dataset: str, sizes: dict[str, int], rule: SplitRule) -> UserSpli
         f"validation users ({rule.validation_min_words}-{rule.validation_max_words - 1} words)",
     )
     taken |= set(validation)
-    return UserSplit(dataset, rule, tuple(u for u in users if u not in taken), tuple(validation), tuple(test))
+    held_groups = {group_of(u) for u in taken} if rule.crowd_excludes_groups else set()
+    crowd = tuple(u for u in users if u not in taken and group_of(u) not in held_groups)
+    if not crowd:
+        raise ValueError("no user is left for the crowd once the test and validation users' groups are set apart")
+    return UserSplit(dataset, rule, crowd, tuple(validation), tuple(test))
 
 
 def split_history(items: list, sizes: list[int], train_fraction: float) -> tuple[list, list]:

@@ -15,7 +15,7 @@ import pandas as pd
 from ondevice import params as _params
 from ondevice import streams
 from ondevice.data import bible, manifests, shakespeare, user_text
-from ondevice.data.splits import SplitRule, UserSplit, make_split, split_history
+from ondevice.data.splits import SplitRule, UserSplit, group_of, make_split, split_history
 from ondevice.data.typing_samples import CHARS, UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.params import ParameterError, Params
@@ -75,6 +75,9 @@ class DeepTypeParams(Params):
     validation_users: int = 10
     validation_min_words: int = 2000
     validation_max_words: int = 3000
+    # The crowd leaves out the test and validation users' plays (their other roles share the test
+    # period's scenes: 718 of 1,343 crowd roles did before); False is the old rule, users only.
+    crowd_excludes_groups: bool = True
     personal_train_fraction: float = 0.7
     global_epochs: int = 5  # at most; training stops earlier at a plateau of the hold-out loss
     global_holdout_words: int = 50000  # global text held out (random sentences) for early stopping; 0 = none
@@ -88,8 +91,13 @@ class DeepTypeParams(Params):
     # batch 16, mini-batch gradient descent, 5 epochs (`protocol` trains with these fields only).
     personal_optimizer: str = "sgd"  # sgd | adam; adam starts from a fresh (zero) state per user
     personal_learning_rate: float = 1.0  # the PTB LSTM configuration DeepType follows ([13]): SGD at 1.0
-    personal_epochs: int = 5
+    personal_epochs: int = 5  # at most, with a hold-out; exactly, without one
     personal_batch_size: int = 16
+    # Convergence per user: the chronologically last part of a user's *training* lines is held out
+    # and personal training keeps the epoch (0 = the global model) with the lowest loss on it,
+    # stopping after `personal_patience` epochs without a lower one. 0 = the fixed-epoch protocol.
+    personal_holdout_fraction: float = 0.2
+    personal_patience: int = 2
     seeds: int = 1  # repeats over seeds seed, seed+1, ... (training only; the split and crowd use `seed`)
     bootstrap: int = 2000  # resamples of users for the effects' intervals
 
@@ -112,6 +120,8 @@ class DeepTypeParams(Params):
         msg = "must be a per-user JSON Lines file (user, timestamp, text) or empty for Shakespeare"
         self.require(not self.corpus or Path(self.corpus).is_file(), "corpus", msg)
         self.require(0 < self.personal_train_fraction < 1, "personal_train_fraction", "must be in (0, 1)")
+        self.require(0 <= self.personal_holdout_fraction < 1, "personal_holdout_fraction", "must be in [0, 1)")
+        self.at_least(1, "personal_patience")
 
     def at_least(self, minimum: float, *names: str) -> None:
         for name in names:
@@ -123,7 +133,7 @@ class DeepTypeParams(Params):
 
     def split_rule(self) -> SplitRule:
         names = ("test_users", "test_min_words", "validation_users", "validation_min_words", "validation_max_words")
-        return SplitRule(*(getattr(self, n) for n in names), seed=self.seed)
+        return SplitRule(*(getattr(self, n) for n in names), self.seed, self.crowd_excludes_groups)
 
 
 @dataclass
@@ -149,6 +159,16 @@ class Corpus:
         train, test = split_history(sents, [len(s) for s in sents], train_fraction)
         return build_samples(train, self.vocab, self.context_words), build_samples(test, self.vocab, self.context_words)
 
+    def personal_parts(self, user: str, params) -> tuple[Samples, Samples | None, Samples]:
+        """A user's training lines less their last `personal_holdout_fraction` (None: no hold-out),
+        that held-out part (which decides when personal training stops), and the test lines."""
+        sents, build = self.users[user], lambda part: build_samples(part, self.vocab, self.context_words)
+        train, test = split_history(sents, [len(s) for s in sents], params.personal_train_fraction)
+        if not params.personal_holdout_fraction:
+            return build(train), None, build(test)
+        fit, held = split_history(train, [len(s) for s in train], 1 - params.personal_holdout_fraction)
+        return build(fit), build(held), build(test)
+
     @property
     def manifests(self) -> list[manifests.Manifest]:
         return [self.manifest] + ([self.global_manifest] if self.global_manifest else [])
@@ -162,10 +182,37 @@ class Corpus:
         roles = {
             r: (len(getattr(self.split, r)), text(getattr(self.split, r))) for r in ("crowd", "validation", "test")
         }
+        apart = [u for u in self.users if self.split.role(u) == "set apart"]
+        roles["set apart (a test or validation user's play)"] = (len(apart), text(apart))
         users = len(self.split.crowd) if self.global_text == "crowd" else 0
         roles[f"{self.global_text} text of the global model"] = (users, [w for s in self.crowd for w in s])
         rows = [(role, n, len(words), self.oov(words)) for role, (n, words) in roles.items()]
         return pd.DataFrame(rows, columns=["role", "users", "words", "oov_rate"])
+
+    def overlap(self, train_fraction: float, min_words: int = 5) -> pd.DataFrame:
+        """What the global text still shares with the test users: its users in a test user's
+        group, and the test lines (of at least `min_words` words) found word for word in it."""
+        groups = {group_of(u) for u in self.split.test}
+        shared = sum(group_of(u) in groups for u in self.split.crowd) if self.global_text == "crowd" else 0
+        seen = {tuple(s) for s in self.crowd}
+        later = [
+            tuple(s)
+            for u in self.split.test
+            for s in split_history(self.users[u], [len(x) for x in self.users[u]], train_fraction)[1]
+            if len(s) >= min_words
+        ]
+        found = sum(s in seen for s in later)
+        return pd.DataFrame(
+            [
+                {
+                    "global_text": self.global_text,
+                    "global_users_in_a_test_users_group": shared,
+                    f"test_lines_of_{min_words}_words_or_more": len(later),
+                    "found_word_for_word_in_global_text": found,
+                    "share_found": found / len(later) if later else float("nan"),
+                }
+            ]
+        )
 
     def decode(self, sentence: str) -> pd.DataFrame:
         """DeepType's samples of one sentence, decoded (Sec. 2): one row per typed word, with the
@@ -217,14 +264,48 @@ def read_users(params: DeepTypeParams, speeches=None) -> tuple[manifests.Manifes
     return manifests.load(DATASET), shakespeare.users(speeches if speeches is not None else shakespeare.load_speeches())
 
 
+MIN_USERS = {"test": 2, "validation": 1, "crowd": 1}  # a user file's split needs at least these
+SCALED = {"test": 0.4, "validation": 0.2}  # shares of a user file's users when the preset asks too much
+
+
+def scaled_rule(rule: SplitRule, sizes: dict[str, int]) -> SplitRule:
+    """The split of a researcher's own user file: the preset's rule when enough users qualify for
+    it; else shares of the users (40% test, 20% validation, at least 2 and 1, the rest crowd), the
+    test users drawn from the heavier half and the validation users from the rest. Too few users
+    (fewer than 4) stays an error that says how many are needed."""
+    heavy = sorted(sizes.values(), reverse=True)
+    enough_test = sum(v >= rule.test_min_words for v in heavy) >= rule.test_users
+    enough_val = sum(rule.validation_min_words <= v < rule.validation_max_words for v in heavy) >= rule.validation_users
+    if enough_test and enough_val and len(sizes) > rule.test_users + rule.validation_users:
+        return rule
+    n = len(sizes)
+    if n < sum(MIN_USERS.values()):
+        need = ", ".join(f"{k} {v}" for k, v in MIN_USERS.items())
+        raise ParameterError(f"the corpus has {n} users; a split needs at least {sum(MIN_USERS.values())} ({need})")
+    test = min(rule.test_users, max(MIN_USERS["test"], int(SCALED["test"] * n)))
+    validation = min(rule.validation_users, max(MIN_USERS["validation"], int(SCALED["validation"] * n)))
+    validation = min(validation, n - test - MIN_USERS["crowd"])
+    threshold = heavy[max(test, (n - 1) // 2)]  # test users among the heavier half (ties included)
+    return dataclasses.replace(
+        rule,
+        test_users=test,
+        test_min_words=threshold,
+        validation_users=validation,
+        validation_min_words=1,
+        validation_max_words=heavy[0] + 1,
+    )
+
+
 def load_corpus(params: DeepTypeParams, speeches=None, log=print, global_text: str = "crowd") -> Corpus:
     """Read the users, split them, take the global text (the crowd's sentences, or the Bible's),
     hold part of it out, build the vocabulary from the rest. Depends on the data and `seed` only."""
     if global_text not in GLOBAL_TEXTS:
         raise ParameterError(f"global text must be one of {GLOBAL_TEXTS}, got {global_text!r}")
     manifest, users = read_users(params, speeches)
+    sizes = {u: sum(map(len, s)) for u, s in users.items()}
+    rule = params.split_rule() if not params.corpus else scaled_rule(params.split_rule(), sizes)
     try:
-        split = make_split(manifest.name, {u: sum(map(len, s)) for u, s in users.items()}, params.split_rule())
+        split = make_split(manifest.name, sizes, rule)
     except ValueError as exc:
         raise ParameterError(
             f"the user split parameters (test_users, test_min_words, validation_*) ask too much "

@@ -9,7 +9,6 @@ A configuration chosen on validation users (`select`) is a labelled deviation fr
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from typing import Sequence
 
@@ -46,15 +45,33 @@ def personalize(
     params,
     rng: np.random.Generator,
     evaluate=None,
-    stop: Plateau | None = None,
     log=None,
     label: str = "",
+    held=None,
 ) -> History:
     """Incremental training: start from the global weights with a fresh optimizer state and train
-    up to `personal_epochs` on the user's data at `personal_batch_size` (with `stop`, until the
-    held-out part of the user's training data stops improving; the best epoch is kept)."""
+    on the user's data at `personal_batch_size`. With `held` (the last part of the user's training
+    lines, `Corpus.personal_parts`), up to `personal_epochs` until its loss has not fallen for
+    `personal_patience` epochs; the epoch with the lowest loss is kept, the start (epoch 0, the
+    global weights) included. Without, exactly `personal_epochs`. `evaluate` adds its own values to
+    every epoch's row."""
     trainer.reset(global_weights)
-    return trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, evaluate, stop)
+    if held is None:
+        return trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, evaluate)
+    task = trainer.task
+
+    def scored(model) -> dict:
+        loss = float(np.log(task.evaluate(model, held)["perplexity"]))
+        return {"holdout_loss": loss, **(evaluate(model) if evaluate else {})}
+
+    stop, start = Plateau(params.personal_patience, 0.0), scored(trainer.model)
+    history = trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, scored, stop)
+    kept = history[history.best_epoch - 1]["holdout_loss"] if history else np.inf
+    if start["holdout_loss"] <= kept:  # no epoch beat the start: the global model stays
+        trainer.model.set_weights(global_weights)
+        history.best_epoch = 0
+    history.insert(0, {"epoch": 0, "loss": float("nan"), "steps": 0, "seconds": 0.0, **start})
+    return history
 
 
 def config(params) -> dict:
@@ -92,24 +109,39 @@ class Personal:
         self.model.set_weights(weights)
         return self.score(self.model, test)
 
-    def train(self, data, start: list[np.ndarray], params, rng, each_epoch: bool = False) -> list[dict]:
-        """`personalize` from `start` on a user's (train, test): per scored epoch, the scores, the
-        steps and seconds so far, and the mean relative shift of the softmax rows (typed or not)."""
-        (train, test), w0, epochs = data, start[self._softmax], itertools.count(1)
+    def train(self, data, start: list[np.ndarray], params, rng, each_epoch: bool = False, held=None) -> list[dict]:
+        """`personalize` from `start` on a user's (train, test), with `held` stopping it: the
+        scores on the test lines, the steps to the epoch kept (`kept_epoch`) and all steps run
+        (`steps_run`), the seconds, the mean relative shift of the softmax rows (typed or not) and
+        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch."""
+        (train, test), w0 = data, start[self._softmax]
         seen = np.setdiff1d(np.unique(train.labels), [0, 1])
         rows = {"seen": seen, "unseen": np.setdiff1d(np.arange(2, w0.shape[1]), seen)}
 
-        def evaluate(model):
-            if not each_epoch and next(epochs) < params.personal_epochs:
-                return {}
+        def shifts(model) -> dict:
             shift = np.linalg.norm(model.get_weights()[self._softmax] - w0, axis=0) / np.linalg.norm(w0, axis=0)
-            shifts = {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
-            return {**self.score(model, test), **shifts}
+            return {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
 
-        history = personalize(self.trainer(params), start, train, params, rng, evaluate)
+        each = (lambda model: {**self.score(model, test), **shifts(model)}) if each_epoch else None
+        history = personalize(self.trainer(params), start, train, params, rng, each, held=held)
         steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
         done = [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
-        return [h for h in done if "top_k_eff" in h]
+        if each_epoch:
+            return [h for h in done if h["epoch"] > 0]
+        model, kept = self.trainer(params).model, history.best_epoch if held is not None else done[-1]["epoch"]
+        curve = [h["holdout_loss"] for h in done] if held is not None else []
+        last, at_kept = done[-1], next(h for h in done if h["epoch"] == kept)
+        return [
+            {
+                **self.score(model, test),
+                **shifts(model),
+                "steps": at_kept["steps"],
+                "steps_run": last["steps"],
+                "kept_epoch": kept,
+                "personal_train_seconds": last["personal_train_seconds"],
+                "_curve": curve,
+            }
+        ]
 
 
 def select(params, personal: Personal, start: list[np.ndarray], data: dict, candidates: list[tuple], log=print):

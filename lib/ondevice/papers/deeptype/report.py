@@ -287,3 +287,38 @@ def plot_online(curve: pd.DataFrame, last_fraction: float, k: int):
         title="Online training while the user types",
     )
     return _finish(fig, ax)
+
+
+def personal_curves(rows: list[dict]) -> pd.DataFrame:
+    """The loss on each user's held-out training lines per personal epoch (0: the start)."""
+    keys = ("seed", "user", "condition")
+    curves = [
+        {**{k: r[k] for k in keys}, "epoch": e, "holdout_loss": v}
+        for r in rows
+        for e, v in enumerate(r.get("_curve", []))
+    ]
+    return pd.DataFrame(curves, columns=[*keys, "epoch", "holdout_loss"])
+
+
+def kept_epochs(users: pd.DataFrame) -> pd.DataFrame:
+    """Per trained condition, how many (seed, user) runs kept each epoch (0: the starting weights)."""
+    trained = users.dropna(subset=["kept_epoch"]).astype({"kept_epoch": int})
+    return pd.crosstab(trained.condition, trained.kept_epoch).add_prefix("epoch_").reset_index()
+
+
+def plot_personal_curves(curves: pd.DataFrame):
+    """Loss on each user's held-out training lines per personal epoch, relative to the start (epoch
+    0, the global weights): one thin line per (seed, user), the median thick, per condition."""
+    plt, sns = _plt()
+    start = curves[curves.epoch == 0].set_index(["seed", "user", "condition"]).holdout_loss
+    rel = curves.assign(
+        change=curves.holdout_loss / curves.set_index(["seed", "user", "condition"]).index.map(start) - 1
+    )
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for _, c in rel.groupby(["condition", "seed", "user"]):
+        ax.plot(c.epoch, c.change, color=GREY, alpha=0.25, lw=0.8)
+    sns.lineplot(rel, x="epoch", y="change", hue="condition", estimator="median", errorbar=None, marker="o", ax=ax)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set(ylabel="held-out loss, change from the start", xticks=sorted(curves.epoch.unique()))
+    ax.set(title="personal training: loss on the user's held-out training lines")
+    return _finish(fig, ax)

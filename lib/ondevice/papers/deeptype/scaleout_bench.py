@@ -39,6 +39,7 @@ def bench_params(scale: str, seed: int = 0, **overrides):
     from ondevice.papers.deeptype import common
 
     class Params(common.DeepTypeParams):
+        personal_holdout_fraction: float = 0.0  # fixed epochs: a benchmark of the same work
         PRESETS = common.presets({"smoke": dict(personal_epochs=1), "default": dict(personal_epochs=1)})
 
     return Params.for_scale(scale, seed, **overrides)

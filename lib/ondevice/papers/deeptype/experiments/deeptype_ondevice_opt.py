@@ -52,6 +52,7 @@ class Params(common.DeepTypeParams):
     max_test_users: int = 0  # the first N test users of the split; 0 = all
     max_personal_samples: int = 0  # the user's first N training samples; 0 = all (smoke: fewer)
     personal_epochs: int = 1
+    personal_holdout_fraction: float = 0.0  # fixed epochs: each variant costs the same steps (Table 2)
     personal_optimizer: str = "adam"  # from a fresh state per user (a deviation from the paper's SGD)
     personal_learning_rate: float = 3e-4  # D3's choice on the validation users at default scale
     svd_rank_fraction: float = 0.1  # t / hidden units; the paper's 40 / 400

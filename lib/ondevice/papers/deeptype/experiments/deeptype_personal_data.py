@@ -46,6 +46,7 @@ class Params(common.DeepTypeParams):
     data_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)  # of each user's personal training part
     dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
+    personal_holdout_fraction: float = 0.0  # fixed epochs: each data fraction gets the same number
 
     # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes
     PRESETS = presets(

@@ -1,9 +1,9 @@
-"""DeepType D3 (Table 1) and D5 (Fig. 8): global models from near and far corpora (the crowd of the
-same corpus, the paper's "private corpora" row; the King James Bible, its BBC row; none), with and
-without on-device personalization (`protocol`: earlier 70% of a test user's lines; tested on the later
-30%), a variant tuned on validation users (a labelled deviation), the control (as many more steps on
-crowd text), and the gain per group of users. Stages: `load_corpora`, `train_globals`,
-`select_personal`, `personalize`, `control`, `on_device`, `conclude`; `run` calls them all."""
+"""DeepType D3 (Table 1) and D5 (Fig. 8): global models from near and far corpora (the clean crowd
+of the same corpus, the paper's "private corpora" row; the King James Bible, its BBC row; none), with
+and without on-device personalization (`protocol`: a test user's earlier 70%, tested on the later
+30%), a tuned variant (a labelled deviation), the control, the gain per group of users and the
+`sensitivity` table. Stages: `load_corpora`, `train_globals`, `select_personal`, `personalize`,
+`control`, `sensitivity.run`, `on_device`, `conclude`; `run` calls them all."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ondevice import engine, streams
 from ondevice.device import tflite
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import common, protocol, report
+from ondevice.papers.deeptype import common, protocol, report, sensitivity
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
@@ -36,7 +36,8 @@ PAPER_GROUPS = facts.paper(NAME, "groups")  # D5 (Fig. 8): users grouped by thei
 TABLE1 = facts.load("deeptype")[NAME]["table1"]  # condition -> (global model from, personalization)
 GROUPS = ("light", "normal", "heavy")
 ROW = "seed user play role condition train_words test_words test_oov_rate top_k_eff perplexity".split()
-TRAINING = {"steps": 0, "seen_row_shift": math.nan, "unseen_row_shift": math.nan, "personal_train_seconds": 0.0}
+TRAINING = {"steps": 0, "steps_run": 0, "kept_epoch": math.nan, "personal_train_seconds": 0.0}
+TRAINING |= {"seen_row_shift": math.nan, "unseen_row_shift": math.nan}
 OWN_PRESETS = {
     "smoke": dict(personal_epochs=1, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3),
     "default": dict(seeds=1, sgd_lr_grid=(0.3, 1.0), adam_lr_grid=(3e-4, 1e-3), tuned_row=False),
@@ -50,6 +51,7 @@ class Params(common.DeepTypeParams):
     adam_lr_grid: tuple[float, ...] = (1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     tuned_row: bool = True  # also run the validation users' choice on the test users
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
+    sensitivity: bool = True  # the effect with each protocol choice switched back (`sensitivity`)
 
     # default: about 25 minutes with both global models cached (65 personal steps/s on the 2-core CPU)
     PRESETS = presets(common.PRESETS, OWN_PRESETS)
@@ -86,10 +88,12 @@ def select_personal(params: Params, corpora: dict[str, Corpus], models: dict[str
 
 
 def _row(seed, user, condition, data, score: dict, **extra) -> dict:
-    (train, test), (play, _, role) = data, user.partition("/")
-    values = (seed, user, play, role, condition, len(train), len(test), float(np.mean(test.target == 1)))
+    """One (seed, user, condition): the user's words (training incl. its hold-out), scores, training."""
+    (fit, held, test), (play, _, role) = data, user.partition("/")
+    words = len(fit) + (len(held) if held is not None else 0)
+    values = (seed, user, play, role, condition, words, len(test), float(np.mean(test.target == 1)))
     row = dict(zip(ROW, values + (score["top_k_eff"], score["perplexity"])))
-    trained = {k: v for k, v in {**score, **extra}.items() if k in TRAINING}  # a trained model's steps and shifts
+    trained = {k: v for k, v in {**score, **extra}.items() if k in TRAINING or k == "_curve"}  # steps, shifts
     return {**row, **TRAINING, **trained, "_chars": (test.word_len, score["_chars"])}
 
 
@@ -106,15 +110,18 @@ def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
     """One (seed, test user) on the engine: each global model as it is and personalised, and a model of
     the user's data alone; every draw from the user's own streams, so rows do not depend on where it runs."""
     p, rows, rng = shared["params"], [], lambda stream: streams.rng(seed, f"{stream}/{user}")
+    train = lambda personal, parts, start, q, stream: personal.train(parts[::2], start, q, rng(stream), held=parts[1])[
+        0
+    ]
     for name, before, after in (("crowd", G_CROWD, P_CROWD), ("far", G_FAR, P_FAR)):
         personal, start = _personal_for(p, shared["configs"][name]), shared["weights"][name][seed]
-        rows.append(_row(seed, user, before, data[name], personal.score_weights(start, data[name][1])))
-        rows.append(_row(seed, user, after, data[name], personal.train(data[name], start, p, rng("personal"))[-1]))
+        rows.append(_row(seed, user, before, data[name], personal.score_weights(start, data[name][2])))
+        rows.append(_row(seed, user, after, data[name], train(personal, data[name], start, p, "personal")))
     crowd, tuned = _personal_for(p, shared["configs"]["crowd"]), shared["tuned"]
     more = [(P_ONLY, shared["scratch"][seed], p, "personal-only")]
     more += [(P_TUNED, shared["weights"]["crowd"][seed], protocol.with_config(p, tuned), "personal")] if tuned else []
     for condition, start, q, stream in more:
-        rows.append(_row(seed, user, condition, data["crowd"], crowd.train(data["crowd"], start, q, rng(stream))[-1]))
+        rows.append(_row(seed, user, condition, data["crowd"], train(crowd, data["crowd"], start, q, stream)))
     return rows
 
 
@@ -129,7 +136,7 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
         "weights": {k: m.weights for k, m in models.items()},
         "scratch": {s: init(s) for s in p.seed_list},
     }
-    data = lambda user: {k: c.personal(user, p.personal_train_fraction) for k, c in corpora.items()}
+    data = lambda user: {k: c.personal_parts(user, p) for k, c in corpora.items()}
     pairs = itertools.product(p.seed_list, corpora["crowd"].split.test)
     jobs = [engine.Job(f"seed={s}/user={u}", user_job, dict(seed=s, user=u, data=data(u))) for s, u in pairs]
     results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"{NAME}-personalize"), log=log)
@@ -149,21 +156,18 @@ def control(params: Params, corpora: dict, models: dict, rows: list[dict], log=p
     for seed in p.seed_list:
         trainer, done = personal.trainer(p), 0
         trainer.reset(models["crowd"].weights[seed])
-        batches = _epochs(personal.task, crowd.crowd_samples, p.personal_batch_size, streams.rng(seed, "control"))
+        rng = streams.rng(seed, "control")  # batches without end, each epoch reshuffled
+        batches = (
+            b for _ in itertools.count() for b in personal.task.batches(crowd.crowd_samples, p.personal_batch_size, rng)
+        )
         for user in sorted(crowd.split.test, key=lambda u: steps[seed, u]):
             for _ in range(done, steps[seed, user]):  # users by their step count: done only grows
                 trainer.step(*next(batches))
             done = steps[seed, user]
-            data = crowd.personal(user, p.personal_train_fraction)
-            out.append(_row(seed, user, CONTROL, data, personal.score(trainer.model, data[1]), steps=done))
+            data = crowd.personal_parts(user, p)
+            out.append(_row(seed, user, CONTROL, data, personal.score(trainer.model, data[2]), steps=done))
         log(f"control, seed {seed}: up to {done} more steps of crowd training")
     return out
-
-
-def _epochs(task, samples, batch_size: int, rng):
-    """Batches without end, epoch after epoch (each reshuffled from `rng`)."""
-    while True:
-        yield from task.batches(samples, batch_size, rng)
 
 
 def on_device(params: Params, corpora: dict, models: dict, log=print):
@@ -225,7 +229,7 @@ def group_table(users: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     return pd.DataFrame(rows), values
 
 
-def conclude(params, corpora, models, tuned, selection_table, rows, on_device_table, flatbuffer, wall_time_s):
+def conclude(params, corpora, models, tuned, selection, rows, on_device_table, flatbuffer, wall_time_s, more=None):
     """Tables (one row per user and condition), medians per condition, the paper's numbers beside
     ours, and each claimed effect's paired interval and three-way verdict; D5's groups likewise."""
     users, summary, rng = report.rows_table(rows), summary_table(rows), streams.rng(params.seed, "bootstrap")
@@ -250,13 +254,16 @@ def conclude(params, corpora, models, tuned, selection_table, rows, on_device_ta
         "users": users,
         "summary": summary,
         "groups": group_rows,
-        "selection": selection_table,
+        "selection": selection,
         "training": pd.concat([m.history().assign(**g) for m, _, g in both.values()]),
         "global_model_cache": pd.concat([m.cache().assign(**g) for m, _, g in both.values()], ignore_index=True),
         "paper_vs_ours": pd.concat(numbers, ignore_index=True),
         "effects": pd.concat(effects, ignore_index=True),
     }
+    tables |= {"personal_curves": report.personal_curves(rows), "kept_epochs": report.kept_epochs(users)}
+    tables |= {"crowd_overlap": pd.concat([c.overlap(params.personal_train_fraction) for c in corpora.values()])}
     tables |= {"on_device": on_device_table} if on_device_table is not None else {}
+    tables |= more or {}
     notes = dict(
         paper_config=protocol.config(params), tuned_config=tuned, data=[m.summary() for m in corpora["far"].manifests]
     )
@@ -275,8 +282,9 @@ def run(params: Params, speeches=None, log=print):
     tuned, sel = select_personal(params, corpora, models, log)
     rows = personalize(params, corpora, models, tuned, log)
     rows += control(params, corpora, models, rows, log)
+    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log)
     table, flatbuffer = on_device(params, corpora, models, log)
-    return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start)
+    return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
 
 
 def paper_table(summary: pd.DataFrame, tuned: dict | None) -> pd.DataFrame:

@@ -44,6 +44,7 @@ BASELINE_GOVERNOR = study.BASELINE_GOVERNOR
 class Params(common.DeepTypeParams, EnergyParams):
     energy_users: int = 4  # test users personalised (drawn from the split's test users)
     personal_epochs: int = 1
+    personal_holdout_fraction: float = 0.0  # fixed epochs: energy of the same training per governor
     personal_optimizer: str = "adam"  # from a fresh state per user (a deviation from the paper's SGD)
     personal_learning_rate: float = 0.0003
     export_tflite: bool = True  # trainable TFLite files of both variants (what a phone runs)

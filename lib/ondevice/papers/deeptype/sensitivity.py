@@ -1,0 +1,87 @@
+"""Which protocol choice drives the sign of DeepType's personalization effect: the effect (crowd
+global model -> personalized, on the test users, paired over users) under this protocol and with
+each choice switched back to the suite's earlier one, one at a time. A switched-back crowd needs its
+own global model (from the model cache when an earlier run trained it; else trained now, and the
+run says how long it took)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pandas as pd
+
+from ondevice import streams
+from ondevice.papers.deeptype import common, protocol, report
+
+# name -> the fields that switch one choice back to what the suite did before (issue 22)
+SWITCHES = {
+    "crowd includes the test and validation users' plays": dict(crowd_excludes_groups=False),
+    "fixed personal epochs, no per-user hold-out": dict(personal_holdout_fraction=0.0),
+}
+CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
+
+
+def effect_rows(params, name: str, corpus: common.Corpus, models: common.GlobalModels, log=print) -> list[dict]:
+    """Per seed and test user: top-k-eff of the crowd global model and of its personalized model."""
+    personal, rows = protocol.Personal(params, models.model), []
+    for seed in params.seed_list:
+        start = models.weights[seed]
+        for user in corpus.split.test:
+            fit, held, test = corpus.personal_parts(user, params)
+            rng = streams.rng(seed, f"personal/{user}")
+            before = personal.score_weights(start, test)["top_k_eff"]
+            after = personal.train((fit, test), start, params, rng, held=held)[0]
+            rows.append(dict(protocol=name, seed=seed, user=user, top_k_eff_global=before, **after))
+        log(f"sensitivity, {name}, seed {seed}: {len(corpus.split.test)} users personalized")
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+
+
+def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
+    """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds)."""
+    rows, costs = [], []
+    for name, change in SWITCHES.items():
+        p, started = dataclasses.replace(params, **change), time.perf_counter()
+        corpus = common.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
+        models = common.train_global(p, corpus, log)
+        rows += effect_rows(p, name, corpus, models, log)
+        trained = [not e.hit for e in models.unique().values()]
+        costs.append({"switched back": name, "global_model_trained_now": any(trained), **_words(corpus)})
+        costs[-1]["seconds"] = time.perf_counter() - started
+    return rows, pd.DataFrame(costs)
+
+
+def _words(corpus: common.Corpus) -> dict:
+    return {"crowd_words": sum(map(len, corpus.crowd)), "crowd_users": len(corpus.split.crowd)}
+
+
+def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: str, after: str, params, rng):
+    """The effect of personalization per protocol: this one (from the main rows: `before` ->
+    `after` conditions) and each switched back, with its paired interval over users."""
+    main = users[users.condition.isin([before, after])].pivot_table(
+        index=["seed", "user"], columns="condition", values="top_k_eff"
+    )
+    main = main.reset_index().rename(columns={before: "top_k_eff_global", after: "top_k_eff"})
+    frames = [main.assign(protocol=current), pd.DataFrame(switched_rows)]
+    both, out = pd.concat(frames, ignore_index=True), []
+    for name, d in both.groupby("protocol", sort=False):
+        first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
+        row = report.effect(_wide(d, "top_k_eff"), _wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
+        kept = users[users.condition == after].kept_epoch if name == current else d["kept_epoch"]
+        out.append({**row, "median_kept_epoch": float(np.median(kept))})
+    return pd.DataFrame(out)
+
+
+def _wide(d: pd.DataFrame, column: str) -> np.ndarray:
+    return d.pivot(index="seed", columns="user", values=column).sort_index(axis=1).to_numpy(float)
+
+
+def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print) -> dict[str, pd.DataFrame]:
+    """The sensitivity table and what its switched-back runs cost, as tables of the result."""
+    if not params.sensitivity:
+        return {}
+    switched_rows, costs = switched(params, corpora["crowd"], log)
+    users, rng = report.rows_table(rows), streams.rng(params.seed, "bootstrap/sensitivity")
+    effects = table(users, switched_rows, "this protocol", before, after, params, rng)
+    return {"sensitivity": effects, "sensitivity_cost": costs}
