@@ -22,7 +22,7 @@ ONDEVICE_DATA_MIRROR ?= $(abspath $(wildcard ../shared/data))
 export ONDEVICE_DATA_MIRROR
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: apt-lists help setup reproduce verify test data lab clean clean-results distclean lock publish browser export export-builtin bench
+.PHONY: apt-lists help setup reproduce verify test data lab clean clean-results distclean lock publish browser export export-builtin bench new-paper
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -94,6 +94,10 @@ bench: setup ## print step-time ratios, TFLite vs TF, reuse latency, achieved vs
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
 	$(PY) -m ondevice.report.publish --scale $(SCALE) --out site/$(SCALE)
+
+new-paper: ## start a paper from the skeleton: NAME=mypaper copies papers/_template and notebooks/_template (docs/adding-a-paper.md)
+	@test -n "$(NAME)" || { echo "usage: make new-paper NAME=mypaper"; exit 2; }
+	python3 tools/new_paper.py $(NAME)
 
 lab: setup ## start JupyterLab with the suite's kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=. --IdentityProvider.token="$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}" $(if $(filter 0,$(shell id -u)),--allow-root)
