@@ -52,3 +52,18 @@ def test_interrupted_training_leaves_no_entry_and_a_corrupt_entry_is_retrained(c
     again = model_cache.load_or_train("m", {}, [], "c", trainer(calls), log=lambda _: None)
     assert calls == [1, 1] and not again.hit
     assert json.loads((again.path / "info.json").read_text())["key"] == again.key
+
+
+def test_code_digest_ignores_formatting_comments_and_docstrings_not_code(tmp_path):
+    from ondevice.training.model_cache import code_digest
+
+    f = tmp_path / "train.py"
+    digest = lambda text: (f.write_text(text), code_digest([f]))[1]  # noqa: E731
+    base = digest('def step(x):\n    """Why."""\n    return x * 0.5\n')
+    assert digest("def step(x):  # the same step\n    return x*0.5\n") == base  # reformatted, no docstring
+    assert digest('def step(x):\n    """Another why."""\n\n    return (x * 0.5)\n') == base
+    assert digest("def step(x):\n    return x * 0.25\n") != base  # a changed constant
+    assert digest("def step(y):\n    return y * 0.5\n") != base  # a renamed argument is another code
+    assert code_digest([], extra="    def m(self):\n        return 1\n") == code_digest(
+        [], extra="def m(self): return 1"
+    )

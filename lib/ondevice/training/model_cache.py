@@ -2,7 +2,8 @@
 
 The key is a hash of everything that decides the trained weights: the fields that configure the
 model and its training, the checksums of the data it reads and the source of the code that
-trains it. Any change to one of them is a different key, so a stale model is never reused.
+trains it (as a syntax tree: reformatting, comments and docstrings do not count). Any change to
+one of them is a different key, so a stale model is never reused.
 Entries live in `ONDEVICE_MODEL_CACHE` (default ~/.cache/ondevice-models), one directory each,
 written to a temporary directory and renamed into place, so an interrupted training leaves no
 entry that looks complete.
@@ -10,11 +11,13 @@ entry that looks complete.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,15 +32,31 @@ def cache_root() -> Path:
     return Path(os.environ.get("ONDEVICE_MODEL_CACHE", Path.home() / ".cache" / "ondevice-models"))
 
 
+def source_form(text: str) -> str:
+    """Python source as what it computes: its syntax tree with docstrings dropped, so reformatting,
+    comments and docstrings leave a cached model valid while any change to the code does not.
+    Text that is not Python is returned unchanged."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def code_digest(files: list[Path], extra: str = "") -> str:
-    """Hash of source files (relative path and bytes), in sorted order, and of `extra` source."""
-    digest = hashlib.sha256(extra.encode())
+    """Hash of source files (relative path and `source_form`), in sorted order, and of `extra` source."""
+    digest = hashlib.sha256(source_form(extra).encode())
     for f in sorted(set(Path(p).resolve() for p in files)):
         try:
             name = str(f.relative_to(REPO_ROOT))
         except ValueError:
             name = f.name
-        digest.update(name.encode() + b"\0" + f.read_bytes())
+        digest.update(name.encode() + b"\0" + source_form(f.read_text(encoding="utf-8")).encode())
     return digest.hexdigest()
 
 
