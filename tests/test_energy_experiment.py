@@ -27,11 +27,15 @@ class FakePackage:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
+    max_gap = 0.0  # the longest time between two updates: how far a reading can lag the clock
+
     def run(self):
-        start = time.monotonic()
+        start = last = time.monotonic()
         tmp = self.path.with_name("energy_uj.tmp")
         while not self.stop.wait(0.002):  # replaced whole, as a sysfs read never sees half a value
-            tmp.write_text(f"{int((time.monotonic() - start) * WATTS * 1e6)}\n")
+            now = time.monotonic()
+            self.max_gap, last = max(self.max_gap, now - last), now
+            tmp.write_text(f"{int((now - start) * WATTS * 1e6)}\n")
             os.replace(tmp, self.path)
 
 
@@ -49,6 +53,7 @@ def measured_run(speeches, tmp_path_factory):
             result = exp.run(params, speeches=speeches, log=lambda _: None)
         finally:
             package.stop.set()
+    result.notes["fake_counter_max_gap_s"] = package.max_gap
     return result, cpu, before
 
 
@@ -69,8 +74,10 @@ def test_every_number_is_labelled_and_the_headline_is_measured(measured_run):
     assert set(zip(energy.meter, energy.label)) == {("rapl", "measured"), ("modelled", "modelled")}
     rapl = energy[energy.meter == "rapl"]
     assert set(rapl.governor) == {"default", "powersave"} and (rapl.energy_j > 0).all()
-    # a constant 10 W: energy is power x window
-    assert (rapl.energy_j / rapl.seconds).between(0.8 * WATTS, 1.2 * WATTS).all()
+    # a constant 10 W: energy is power x window, up to the counter's lag at either end of the window
+    # (its updating thread can be starved on a loaded machine) and 20% for the window's own timing
+    lag = 2 * result.notes["fake_counter_max_gap_s"]
+    assert ((rapl.energy_j - WATTS * rapl.seconds).abs() <= WATTS * (lag + 0.2 * rapl.seconds)).all()
     assert set(result.tables["summary"].label) == {"measured", "modelled"}
     assert result.tables["effects"]["meter"].iloc[0] == "measured: rapl"
     assert set(result.tables["direction_claims"].meter) == {"rapl", "modelled"}

@@ -47,7 +47,7 @@ def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.Dat
         models = common.train_global(p, corpus, log)
         rows += effect_rows(p, name, corpus, models, log)
         trained = [not e.hit for e in models.unique().values()]
-        costs.append({"switched back": name, "global_model_trained_now": any(trained), **_words(corpus)})
+        costs.append({"switched back": name, "from_cache": not any(trained), **_words(corpus)})
         costs[-1]["seconds"] = time.perf_counter() - started
     return rows, pd.DataFrame(costs)
 
