@@ -67,14 +67,10 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
     both, out = pd.concat(frames, ignore_index=True), []
     for name, d in both.groupby("protocol", sort=False):
         first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
-        row = report.effect(_wide(d, "top_k_eff"), _wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
+        row = report.effect(report.wide(d), report.wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
         kept = users[users.condition == after].kept_epoch if name == current else d["kept_epoch"]
         out.append({**row, "median_kept_epoch": float(np.median(kept))})
     return pd.DataFrame(out)
-
-
-def _wide(d: pd.DataFrame, column: str) -> np.ndarray:
-    return d.pivot(index="seed", columns="user", values=column).sort_index(axis=1).to_numpy(float)
 
 
 def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print) -> dict[str, pd.DataFrame]:
