@@ -15,21 +15,28 @@ from ondevice.papers.deeptype.experiments import deeptype_top3eff as top3_exp
 from ondevice.papers.deeptype.experiments import energy_governors as energy_exp
 from ondevice.training import trainer as trainer_module
 
-GLOBAL = dict(optimizer="adam", global_learning_rate=0.00123, crowd_max_words=3000, global_epochs=1, seeds=1)
-PERSONAL = dict(personal_optimizer="sgd", personal_learning_rate=0.0456, personal_epochs=1)
-MINE = ("sgd", 0.0456)  # the rate reaches the optimizer as the field holds it
+GLOBAL = dict(
+    optimizer="adam", global_learning_rate=0.00123, global_clip_norm=7.0, crowd_max_words=3000, global_epochs=1
+)
+PERSONAL = dict(personal_optimizer="sgd", personal_learning_rate=0.0456, personal_clip_norm=3.0, personal_epochs=1)
+MINE = ("sgd", 0.0456, 3.0)  # the rate and clipping reach the optimizer as the fields hold them
 
 
 def params_of(module, **extra):
-    return module.Params.for_scale("smoke", **{**GLOBAL, **PERSONAL, **extra})
+    return module.Params.for_scale("smoke", seeds=1, **{**GLOBAL, **PERSONAL, **extra})
 
 
 @pytest.fixture
 def created(monkeypatch):
-    """(optimizer name, learning rate) of every optimizer created while the test runs."""
+    """(optimizer name, learning rate, clipping norm) of every optimizer created while the test runs."""
     made = []
     for name, cls in list(trainer_module.OPTIMIZERS.items()):
-        monkeypatch.setitem(trainer_module.OPTIMIZERS, name, lambda lr, n=name, c=cls: made.append((n, lr)) or c(lr))
+
+        def make(lr, n=name, c=cls, **kw):
+            made.append((n, lr, kw.get("global_clipnorm")))
+            return c(lr, **kw)
+
+        monkeypatch.setitem(trainer_module.OPTIMIZERS, name, make)
     return made
 
 
@@ -43,7 +50,7 @@ def setup(speeches):
 def test_the_global_model_trains_with_the_global_fields(speeches, created):
     params = params_of(top3_exp, crowd_max_words=2000)  # another cache entry: trained here
     common.train_global(params, common.load_corpus(params, speeches, log=lambda _: None), log=lambda _: None)
-    assert created == [("adam", 0.00123)]
+    assert created == [("adam", 0.00123, 7.0)]
 
 
 def test_accuracy_experiment_d3(setup, created, monkeypatch):
@@ -55,10 +62,12 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     assert created and set(created) == {MINE}
     created.clear()
     top3_exp.select_personal(params, corpora, both, log=lambda _: None)  # the tuned deviation: its candidates
-    assert set(created) == {("sgd", 0.0789)}
+    assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.tflite, "parity_table", lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr))
+        top3_exp.tflite,
+        "parity_table",
+        lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )
     top3_exp.on_device(params, corpora, both)
     assert checked["a"] == MINE
@@ -129,7 +138,7 @@ def test_global_stopping_rule_is_the_old_one(speeches):
     assert entry.info["best_epoch"] == int(np.argmin(losses)) + 1
     model = common.build_model(params, corpus, params.seed)
     model.set_weights(entry.weights)
-    task = top3_exp.NextWordTask(params.k)
+    task = common.task(params)
     assert np.log(task.evaluate(model, corpus.holdout_samples)["perplexity"]) == pytest.approx(
         losses[kept - 1], rel=1e-5
     )

@@ -144,6 +144,7 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
         batch_size=8,
         learning_rate=1e-3,
         optimizer="adam",
+        clip_norm=0.0,
         rng_factory=lambda: np.random.default_rng(0),
         log=lambda *_: None,
     )

@@ -289,11 +289,11 @@ def distillation_loss_and_gradient(lam: float, labels, teacher, logits):
 
 def loss_and_gradient(task: Task, labels, logits):
     """The task's training loss, computed as `task.loss` does, and its gradient w.r.t. the logits."""
-    if isinstance(task, NextWordTask):  # mean cross-entropy over positions whose label is not <pad>
+    if isinstance(task, NextWordTask):  # cross-entropy over positions whose label is not <pad>
         mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
         log_p = tf.nn.log_softmax(logits)
-        one_hot = tf.one_hot(labels, logits.shape[-1])
-        count = tf.reduce_sum(mask)
+        one_hot = tf.one_hot(labels, logits.shape[-1])  # per position, or summed per sample (PTB)
+        count = tf.reduce_sum(mask) if task.loss_per == "position" else tf.cast(tf.shape(labels)[0], tf.float32)
         loss = tf.reduce_sum(-tf.reduce_sum(one_hot * log_p, axis=-1) * mask) / count
         return loss, (tf.exp(log_p) - one_hot) * (mask / count)[..., None]
     if isinstance(task, ClassificationTask) and task.multi_label:  # mean sigmoid cross-entropy
@@ -309,13 +309,15 @@ def loss_and_gradient(task: Task, labels, logits):
 
 
 class _Optimizer(tf.Module):
-    """The update rule of `training.trainer.make_optimizer(name, learning_rate)` (Keras's SGD or
-    Adam, hyperparameters read from it) as arithmetic on variables, in Keras's order of operations."""
+    """The update rule of `training.trainer.make_optimizer(name, learning_rate, clip_norm)` (Keras's
+    SGD or Adam, hyperparameters read from it, gradients clipped to a global norm) as arithmetic on
+    variables, in Keras's order of operations."""
 
-    def __init__(self, name: str, learning_rate: float, variables: list):
+    def __init__(self, name: str, learning_rate: float, variables: list, clip_norm: float = 0.0):
         super().__init__()
-        config = make_optimizer(name, learning_rate).get_config()
-        extras = {k: config.get(k) for k in ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm")}
+        config = make_optimizer(name, learning_rate, clip_norm).get_config()
+        self.clip_norm = config.pop("global_clipnorm", None)
+        extras = {k: config.get(k) for k in ("weight_decay", "clipnorm", "clipvalue")}
         if any(extras.values()) or config.get("use_ema") or config.get("amsgrad") or config.get("momentum"):
             raise ValueError(f"builtin export writes out plain SGD and Adam only, got {config}")
         self.kind, self.config = name, config
@@ -326,6 +328,9 @@ class _Optimizer(tf.Module):
 
     def apply(self, grads, variables):
         lr = self.config["learning_rate"]
+        if self.clip_norm:  # as tf.clip_by_global_norm: scaled down when the global norm exceeds the limit
+            norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+            grads = [g * (self.clip_norm / tf.maximum(norm, self.clip_norm)) for g in grads]
         if self.kind == "sgd":
             for var, g in zip(variables, grads):
                 var.assign_add(-g * lr)
@@ -376,6 +381,7 @@ class BuiltinTrainable(tf.Module):
         sequence_length: int | None = None,
         distill: float | None = None,
         reuse: bool = False,
+        clip_norm: float = 0.0,
     ):
         super().__init__()
         self.task, self.train_mode = task, train
@@ -386,7 +392,7 @@ class BuiltinTrainable(tf.Module):
         self.trained_keys = [k for s in self.stages if s.train for k in s.keys]
         self.trained_layers = [n for s in self.stages if s.train for n in s.layer_names]
         trained = [p for s in self.stages if s.train for p in s.params]
-        self.optimizer = _Optimizer(optimizer, learning_rate, trained)
+        self.optimizer = _Optimizer(optimizer, learning_rate, trained, clip_norm)
         self._trained = trained
         sig = task.signature
         self.sequence_length = sequence_length
@@ -577,7 +583,9 @@ def reference_trainer(
     twin = keras.models.clone_model(model)
     twin.set_weights(model.get_weights())
     hooks = [TrainOnly(module.trained_layers)] if module.train_mode == TRAIN_HEAD else []
-    return Trainer(twin, module.task, learning_rate, optimizer, hooks=hooks)
+    return Trainer(
+        twin, module.task, learning_rate, optimizer, hooks=hooks, clip_norm=module.optimizer.clip_norm or 0.0
+    )
 
 
 def compare(

@@ -30,12 +30,18 @@ class TrainableModel(tf.Module):
     """A Keras model, its task, optimizer and hooks, with the four on-device signatures."""
 
     def __init__(
-        self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", hooks: Sequence[Hook] = ()
+        self,
+        model: keras.Model,
+        task: Task,
+        learning_rate: float,
+        optimizer: str = "adam",
+        hooks: Sequence[Hook] = (),
+        clip_norm: float = 0.0,
     ):
         super().__init__()
         self.model, self.task, self.hooks = model, task, list(hooks)
         self.variables_to_train = trainable_variables(model, self.hooks)
-        self.optimizer = make_optimizer(optimizer, learning_rate)
+        self.optimizer = make_optimizer(optimizer, learning_rate, clip_norm)
         self.optimizer.build(self.variables_to_train)
         sig = task.signature
         self.train = tf.function(self._train, input_signature=[sig.inputs, sig.labels])
@@ -121,16 +127,22 @@ def infer_on_device(interp: tf.lite.Interpreter, task: Task, inputs) -> np.ndarr
 
 
 def compare_training(
-    model: keras.Model, task: Task, learning_rate: float, batches, optimizer: str = "adam", hooks: Sequence[Hook] = ()
+    model: keras.Model,
+    task: Task,
+    learning_rate: float,
+    batches,
+    optimizer: str = "adam",
+    hooks: Sequence[Hook] = (),
+    clip_norm: float = 0.0,
 ) -> dict:
     """Train one copy in TensorFlow and one through the TFLite interpreter from the same weights on
     the same batches. Returns both loss curves, both models' outputs on the first batch after
     training, and the flatbuffer (trainable from the starting weights). `model` is not changed."""
     start = model.get_weights()
-    flatbuffer = convert(TrainableModel(model, task, learning_rate, optimizer, hooks))
+    flatbuffer = convert(TrainableModel(model, task, learning_rate, optimizer, hooks, clip_norm))
     twin = keras.models.clone_model(model)
     twin.set_weights(start)
-    module = TrainableModel(twin, task, learning_rate, optimizer, hooks)
+    module = TrainableModel(twin, task, learning_rate, optimizer, hooks, clip_norm)
     tf_losses = [float(module.train(tf.constant(x), tf.constant(y))["loss"]) for x, y in batches]
     interp = interpreter(flatbuffer)
     tflite_losses = train_on_device(interp, task, batches)
@@ -153,11 +165,12 @@ def parity_table(
     hooks: Sequence[Hook] = (),
     log=None,
     label: str = "",
+    clip_norm: float = 0.0,
 ) -> tuple[pd.DataFrame, bytes]:
     """The one on-device parity table: the same steps in TensorFlow and through the exported
     trainable TFLite model (`compare_training`), one row per step with both losses and their
     difference, and the largest output difference after the steps. Returns it and the flatbuffer."""
-    check = compare_training(model, task, learning_rate, batches, optimizer, hooks)
+    check = compare_training(model, task, learning_rate, batches, optimizer, hooks, clip_norm)
     table = pd.DataFrame(
         {
             "step": range(1, len(check["tflite"]) + 1),
@@ -167,7 +180,7 @@ def parity_table(
     )
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
     table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
-    table, builtin = _builtin_columns(table, model, task, learning_rate, batches, optimizer, hooks)
+    table, builtin = _builtin_columns(table, model, task, learning_rate, batches, optimizer, hooks, clip_norm)
     if log:
         log(
             f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
@@ -177,7 +190,7 @@ def parity_table(
     return table, check["flatbuffer"]
 
 
-def _builtin_columns(table: pd.DataFrame, model, task, learning_rate, batches, optimizer, hooks):
+def _builtin_columns(table: pd.DataFrame, model, task, learning_rate, batches, optimizer, hooks, clip_norm=0.0):
     """The same steps through the builtin-op export in LiteRT (`device.builtin_export`), from the same
     weights: its losses, their difference from TensorFlow's, the largest weight difference after the
     steps, and what trained (`builtin`: all / head), or why the model has no builtin form."""
@@ -186,7 +199,9 @@ def _builtin_columns(table: pd.DataFrame, model, task, learning_rate, batches, o
     try:
         mode = builtin_export.train_mode(model, hooks)
         length = max(np.shape(x)[1] for x, _ in batches) if isinstance(task, NextWordTask) else None
-        check = builtin_export.compare(model, task, learning_rate, batches, optimizer, mode, length)
+        check = builtin_export.compare(
+            model, task, learning_rate, batches, optimizer, mode, length, clip_norm=clip_norm
+        )
     except builtin_export.NotExportable as why:
         return table.assign(
             loss_builtin=np.nan,

@@ -14,6 +14,7 @@ class LSTMConfig:
     embedding_dim: int
     hidden_units: int
     layers: int = 2
+    dropout: float = 0.0  # on the embedding and every LSTM output while training (PTB medium/large: 0.5)
 
 
 def build(config: LSTMConfig, *, seed: int | None = None) -> keras.Model:
@@ -37,6 +38,8 @@ def build(config: LSTMConfig, *, seed: int | None = None) -> keras.Model:
     x = keras.layers.Embedding(
         config.input_vocab, config.embedding_dim, name="embedding", embeddings_initializer=init("uniform", 0)
     )(tokens)
+    drop = lambda x, i: keras.layers.Dropout(config.dropout, seed=None if seed is None else seed * 16 + 8 + i)(x)
+    x = drop(x, 0) if config.dropout else x
     for i in range(config.layers):
         x = keras.layers.LSTM(
             config.hidden_units,
@@ -45,6 +48,7 @@ def build(config: LSTMConfig, *, seed: int | None = None) -> keras.Model:
             kernel_initializer=init("glorot_uniform", 2 * i + 1),
             recurrent_initializer=init("orthogonal", 2 * i + 2),
         )(x)
+        x = drop(x, i + 1) if config.dropout else x
     logits = keras.layers.Dense(
         config.output_vocab, name="softmax", kernel_initializer=init("glorot_uniform", 2 * config.layers + 1)
     )(x)

@@ -43,9 +43,15 @@ class NextWordTask(Task):
         tf.TensorSpec([None, None], tf.int32, name="tokens"), tf.TensorSpec([None, None], tf.int32, name="labels")
     )
 
-    def __init__(self, k: int = 3, eval_batch_size: int = 256):
-        self.k = k
-        self.eval_batch_size = eval_batch_size
+    LOSSES = ("position", "sample")
+
+    def __init__(self, k: int = 3, eval_batch_size: int = 256, loss_per: str = "position"):
+        """`loss_per`: "position" averages the cross-entropy over the labelled positions of a batch;
+        "sample" sums it over a sample's positions and averages over samples, as TensorFlow's PTB
+        model (which DeepType follows) does, so that its learning rate means the same step size."""
+        if loss_per not in self.LOSSES:
+            raise ValueError(f"loss_per must be one of {self.LOSSES}, got {loss_per!r}")
+        self.k, self.eval_batch_size, self.loss_per = k, eval_batch_size, loss_per
 
     def batches(self, data: Samples, batch_size: int, rng: np.random.Generator | None):
         for idx in batch_indices(data, batch_size, rng):
@@ -53,6 +59,8 @@ class NextWordTask(Task):
 
     def loss(self, labels, outputs):
         total, count = masked_cross_entropy(labels, outputs)
+        if self.loss_per == "sample":
+            return total / tf.cast(tf.shape(labels)[0], total.dtype)
         return total / count
 
     def evaluate(self, model, data: Samples) -> dict:

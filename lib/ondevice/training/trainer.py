@@ -47,10 +47,13 @@ class Hook:
         return None
 
 
-def make_optimizer(name: str, learning_rate: float):
+def make_optimizer(name: str, learning_rate: float, clip_norm: float = 0.0):
+    """`clip_norm` > 0 rescales the gradients whenever their global norm exceeds it (PTB: 5)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
-    return OPTIMIZERS[name](learning_rate)
+    if clip_norm < 0:
+        raise ValueError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
+    return OPTIMIZERS[name](learning_rate, global_clipnorm=clip_norm or None)
 
 
 def trainable_variables(model: keras.Model, hooks: Sequence[Hook]) -> list:
@@ -110,10 +113,12 @@ class Trainer:
         optimizer: str = "adam",
         hooks: Sequence[Hook] = (),
         warmup_steps: int = 5,
+        clip_norm: float = 0.0,
     ):
         self.model, self.task, self.hooks = model, task, list(hooks)
         self.variables = trainable_variables(model, self.hooks)
-        self.optimizer = make_optimizer(optimizer, learning_rate)
+        self.learning_rate = learning_rate
+        self.optimizer = make_optimizer(optimizer, learning_rate, clip_norm)
         self.optimizer.build(self.variables)
         self.timer = StepTimer(warmup_steps)
         sig = task.signature
@@ -127,6 +132,7 @@ class Trainer:
         self.model.set_weights(weights)
         for v in self.optimizer.variables:
             v.assign(tf.zeros_like(v))
+        self.optimizer.learning_rate = self.learning_rate
 
     def step(self, inputs, labels) -> float:
         start = time.perf_counter()
@@ -152,14 +158,16 @@ class Trainer:
         evaluate=None,
         stop: "Plateau | None" = None,
         evaluate_first: bool = False,
+        schedule=None,
     ) -> "History":
         """Train up to `epochs` whole epochs; one row per epoch: mean loss, seconds, steps, steady
         step time, and what `evaluate(model)` returns (a dict of floats) after the epoch.
 
         With `stop`, training ends when the monitored value of `evaluate` reaches a plateau and the
         model is left with the weights of the epoch `stop` keeps (`History.best_epoch`). With
-        `evaluate_first`, a row for epoch 0 scores the starting weights. With `log`, prints about
-        every tenth of an epoch so a slow run can be told from a hung one.
+        `evaluate_first`, a row for epoch 0 scores the starting weights. `schedule(epoch)` gives the
+        learning rate of each epoch (1-based; e.g. PTB's decay), recorded as `learning_rate`. With
+        `log`, prints about every tenth of an epoch so a slow run can be told from a hung one.
         """
         if stop is not None and evaluate is None:
             raise ValueError("stop needs evaluate: a plateau is judged on held-out data")
@@ -168,8 +176,11 @@ class Trainer:
             history.append({"epoch": 0, "loss": float("nan"), **evaluate(self.model)})
         watch = stop.watch() if stop is not None else None
         for epoch in range(1, epochs + 1):
+            rate = {}
+            if schedule is not None:
+                self.optimizer.learning_rate = rate["learning_rate"] = float(schedule(epoch))
             row = self._epoch(data, batch_size, rng, log, f"{label} epoch {epoch}/{epochs}")
-            row = {"epoch": epoch, **row, **(evaluate(self.model) if evaluate else {})}
+            row = {"epoch": epoch, **rate, **row, **(evaluate(self.model) if evaluate else {})}
             history.append(row)
             if watch is not None:
                 if log:

@@ -61,7 +61,7 @@ def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarra
     return [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
 
 
-def variant_modules(model, task, learning_rate: float, optimizer: str = "adam") -> dict:
+def variant_modules(model, task, learning_rate: float, optimizer: str = "adam", clip_norm: float = 0.0) -> dict:
     """name -> (trainable module, its signatures) of every exported variant."""
     from ondevice.device.tflite import SIGNATURES, TrainableModel
     from ondevice.papers.deeptype.techniques import svd_compression as svd
@@ -69,13 +69,13 @@ def variant_modules(model, task, learning_rate: float, optimizer: str = "adam") 
     from ondevice.papers.deeptype.techniques.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
 
     compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
-    training = (task, learning_rate, optimizer)
+    training, clip = (task, learning_rate, optimizer), {"clip_norm": clip_norm}
     return {
-        "full": (TrainableModel(model, *training), SIGNATURES),
-        "fine_tune": (TrainableModel(model, *training, hooks=[FineTune()]), SIGNATURES),
-        "fine_tune_reuse": (ReuseTrainableModel(model, *training), REUSE_SIGNATURES),
-        "svd_compression": (TrainableModel(compressed, *training), SIGNATURES),
-        "svd_compression_fine_tune_reuse": (ReuseTrainableModel(compressed, *training), REUSE_SIGNATURES),
+        "full": (TrainableModel(model, *training, **clip), SIGNATURES),
+        "fine_tune": (TrainableModel(model, *training, hooks=[FineTune()], **clip), SIGNATURES),
+        "fine_tune_reuse": (ReuseTrainableModel(model, *training, **clip), REUSE_SIGNATURES),
+        "svd_compression": (TrainableModel(compressed, *training, **clip), SIGNATURES),
+        "svd_compression_fine_tune_reuse": (ReuseTrainableModel(compressed, *training, **clip), REUSE_SIGNATURES),
     }
 
 
@@ -98,7 +98,6 @@ def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict |
     from ondevice.papers.deeptype import common
     from ondevice.papers.deeptype.experiments.deeptype_online_latency import Params
     from ondevice.report.record import atomic_write
-    from ondevice.tasks.next_word import NextWordTask
 
     p = Params.for_scale(scale, seed, **(overrides or {}))
     out = Path(out) if out else REPO_ROOT / "results" / scale / "export"
@@ -106,7 +105,8 @@ def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict |
     models = common.train_global(p, corpus, log)
     models.model.set_weights(models.weights[p.seed])
     files = {}
-    modules = variant_modules(models.model, NextWordTask(p.k), p.personal_learning_rate, p.personal_optimizer)
+    training = (p.personal_learning_rate, p.personal_optimizer, p.personal_clip_norm)
+    modules = variant_modules(models.model, common.task(p), *training)
     for name, (module, signatures) in modules.items():
         flatbuffer = tflite.convert(module, signatures)
         atomic_write(out / f"{name}.tflite", lambda path, b=flatbuffer: path.write_bytes(b))

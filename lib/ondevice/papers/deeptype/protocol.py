@@ -27,7 +27,8 @@ FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning
 
 def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_steps: int = 5) -> Trainer:
     """The on-device trainer of a DeepType experiment: the personal optimizer at the personal rate."""
-    return Trainer(model, task, params.personal_learning_rate, params.personal_optimizer, hooks, warmup_steps)
+    rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
+    return Trainer(model, task, rate, optimizer, hooks, warmup_steps, clip)
 
 
 def online_trainer(params, model, task, reuse: bool = True):
@@ -35,7 +36,8 @@ def online_trainer(params, model, task, reuse: bool = True):
     the suggestion's inference cached (`techniques.inference_reuse`); else every layer trains."""
     if not reuse:
         return personal_trainer(params, model, task)
-    return OnlineTrainer(model, task, params.personal_learning_rate, params.personal_optimizer)
+    rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
+    return OnlineTrainer(model, task, rate, optimizer, clip_norm=clip)
 
 
 def personalize(
@@ -90,13 +92,13 @@ class Personal:
     last epoch (or each), with how far the softmax rows of typed and of untyped words moved."""
 
     def __init__(self, params, model):
-        self.model, self.task, self._trainers = model, NextWordTask(params.k), {}
+        self.model, self.task, self._trainers = model, NextWordTask(params.k, loss_per=params.personal_loss_per), {}
         self._softmax = [i for i, w in enumerate(model.weights) if w.name.startswith("softmax") and "kernel" in w.name][
             0
         ]
 
     def trainer(self, params) -> Trainer:
-        key = (params.personal_optimizer, params.personal_learning_rate)
+        key = (params.personal_optimizer, params.personal_learning_rate, params.personal_clip_norm)
         if key not in self._trainers:
             self._trainers[key] = personal_trainer(params, self.model, self.task)
         return self._trainers[key]

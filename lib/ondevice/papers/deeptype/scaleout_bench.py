@@ -47,6 +47,7 @@ def bench_params(scale: str, seed: int = 0, **overrides):
 
 _trainers: dict = {}  # per process: a worker that runs several jobs compiles its train step once
 PERSONAL = ("personal_optimizer", "personal_learning_rate", "personal_epochs", "personal_batch_size")
+PERSONAL += ("personal_clip_norm", "personal_loss_per")
 
 
 def personal_job(shared: dict, seed: int, user: str, train, test) -> dict:
@@ -64,7 +65,9 @@ def personal_job(shared: dict, seed: int, user: str, train, test) -> dict:
     fields = types.SimpleNamespace(**shared["personal"])
     key = (shared["config"], shared["k"], *shared["personal"].values())
     if key not in _trainers:
-        _trainers[key] = protocol.personal_trainer(fields, lstm_lm.build(shared["config"]), NextWordTask(shared["k"]))
+        _trainers[key] = protocol.personal_trainer(
+            fields, lstm_lm.build(shared["config"]), NextWordTask(shared["k"], loss_per=fields.personal_loss_per)
+        )
     trainer, weights = _trainers[key], shared["weights"][seed]
     trainer.reset(weights)
     before = trainer.task.evaluate(trainer.model, test)

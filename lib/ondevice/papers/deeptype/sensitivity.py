@@ -19,6 +19,18 @@ from ondevice.papers.deeptype import common, protocol, report
 SWITCHES = {
     "crowd includes the test and validation users' plays": dict(crowd_excludes_groups=False),
     "fixed personal epochs, no per-user hold-out": dict(personal_holdout_fraction=0.0),
+    "global model by Adam 0.002 on the per-position mean loss (no clipping, no decay)": dict(
+        optimizer="adam",
+        global_learning_rate=0.002,
+        global_clip_norm=0.0,
+        global_lr_decay=1.0,
+        global_loss_per="position",
+        global_epochs=8,
+        global_patience=1,
+    ),
+    "personal SGD 1.0 on the per-position mean loss, no clipping": dict(
+        personal_loss_per="position", personal_clip_norm=0.0
+    ),
 }
 CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
 

@@ -23,15 +23,15 @@ from ondevice.papers.deeptype import common, report
 from ondevice.papers.deeptype.common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.params import ParameterError, presets
 from ondevice.report import claims, facts
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache
-from ondevice.training.trainer import Trainer, seed_everything
+from ondevice.training.trainer import seed_everything
 
 NAME = "deeptype_data_size"
 TRAINING_CODE = common.TRAINING_CODE + ("ondevice.metrics",)
 MODEL_FIELDS = tuple(
     "vocab_size embedding_dim hidden_units lstm_layers context_words global_batch_size global_learning_rate optimizer "
-    "size_epochs personal_train_fraction eval_max_words k".split()
+    "size_epochs personal_train_fraction eval_max_words k global_clip_norm global_lr_decay global_decay_after dropout "
+    "global_loss_per".split()
 )
 # Our sizes map onto the paper's three by rank: smallest <-> 1M, second largest <-> 10M, largest <-> 20M words.
 PAPER = facts.paper(NAME)
@@ -107,7 +107,7 @@ def size_model(
 ) -> model_cache.Entry:
     """The global model trained on `words` words of crowd text for `size_epochs`, scored on every
     test user after each epoch; from the model cache when it exists."""
-    data, task = build_samples(sets.sets[words], corpus.vocab, params.context_words), NextWordTask(params.k)
+    data, task = build_samples(sets.sets[words], corpus.vocab, params.context_words), common.task(params)
 
     def scores(model) -> dict:
         users = {u: task.evaluate(model, s) for u, s in sets.evaluation.items()}
@@ -117,9 +117,10 @@ def size_model(
 
     def train():
         model = common.build_model(params, corpus, seed)
-        trainer = Trainer(model, task, params.global_learning_rate, params.optimizer)
+        trainer, schedule = common.global_trainer(params, model)  # the global regime, its decay included
         rng = streams.rng(seed, f"batches/data_size/{words}")
-        history = trainer.fit(data, params.size_epochs, params.global_batch_size, rng, log, f"{words} words", scores)
+        args = (params.size_epochs, params.global_batch_size, rng, log, f"{words} words", scores)
+        history = trainer.fit(data, *args, schedule=schedule)
         return model.get_weights(), {
             "epochs": [{k: h[k] for k in ("epoch", "loss", "seconds", "users")} for h in history]
         }

@@ -25,7 +25,6 @@ from ondevice.papers.deeptype import common, report
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
-from ondevice.tasks.next_word import NextWordTask
 
 NAME = "deeptype_ngram"
 LSTM = "LSTM"
@@ -106,7 +105,7 @@ def _row(model: str, seed, base: dict, eff: float, perplexity: float) -> dict:
 def score(params: Params, corpus: Corpus, models: GlobalModels, ngrams: NGrams, log=print) -> pd.DataFrame:
     """One row per (model, seed, test user): top-k-eff on the user's later lines, and the word
     perplexity over the words with a previous word (n-gram rows have no seed: counted, not trained)."""
-    task, rows, users = NextWordTask(params.k), [], corpus.split.test
+    task, rows, users = common.task(params), [], corpus.split.test
     for n_user, user in enumerate(users, 1):
         _, test = corpus.personal(user, params.personal_train_fraction)
         context, oov = test.n_context > 0, float(np.mean(test.target == 1))

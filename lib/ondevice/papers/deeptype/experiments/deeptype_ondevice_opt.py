@@ -26,7 +26,6 @@ from ondevice.papers.deeptype.techniques import bucketing as bk
 from ondevice.papers.deeptype.techniques import combined
 from ondevice.papers.deeptype.techniques import svd_compression as svd
 from ondevice.report import claims, facts, record
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import StepTimer
 
 NAME = "deeptype_ondevice_opt"
@@ -111,7 +110,7 @@ class Personal:
 
     def __init__(self, params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed):
         self.params, self.corpus, self.models, self.compressed = params, corpus, models, compressed
-        self.task, self._trainers = NextWordTask(params.k), {}
+        self.task, self._trainers = common.task(params), {}
 
     def setup(self, variant: str, seed: int, train: Samples, test: Samples):
         """(model with its starting weights set, starting weights, train, test, vocabulary map)."""
@@ -167,7 +166,8 @@ def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: 
         spec, rng = VARIANTS[variant], streams.rng(params.seed, "diagnostics/tflite")
         batches = spec.batch_list(personal.task, train, params, rng)[: params.tflite_check_steps]
         args = (personal.task, params.personal_learning_rate, batches, params.personal_optimizer, spec.hooks(params))
-        table, files[f"deeptype_{variant}_trainable.tflite"] = tflite.parity_table(model, *args, log, variant)
+        clip = params.personal_clip_norm
+        table, files[f"deeptype_{variant}_trainable.tflite"] = tflite.parity_table(model, *args, log, variant, clip)
         tables.append(table.assign(variant=variant))
     table = pd.concat(tables, ignore_index=True)
     return table[["variant", *table.columns[:-1]]], files

@@ -27,7 +27,7 @@ from ondevice.papers.deeptype import common, protocol, report
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import facts
-from ondevice.tasks.next_word import NextWordTask, position_scores
+from ondevice.tasks.next_word import position_scores
 
 NAME = "deeptype_online"
 CONDITIONS = ("global", "online")
@@ -71,7 +71,7 @@ class Emulator:
     def __init__(self, params: Params, models: GlobalModels):
         self.params, self.models, self.k = params, models, tf.constant(params.k)
         self.reuse = params.online_training == "fine_tune"
-        self.trainer = protocol.online_trainer(params, models.model, NextWordTask(params.k), self.reuse)
+        self.trainer = protocol.online_trainer(params, models.model, common.task(params), self.reuse)
 
     def run(self, data: Samples, seed: int, train: bool) -> tuple[np.ndarray, int]:
         """R(x) of every sample, as suggested by the model of that moment, and the steps trained.

@@ -30,7 +30,6 @@ from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, t
 from ondevice.papers.deeptype.export import online_batches
 from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.report import claims, facts, record
-from ondevice.tasks.next_word import NextWordTask
 
 NAME = "deeptype_online_latency"
 PAPER = facts.paper(NAME)
@@ -70,7 +69,7 @@ def _online(params: Params, models: GlobalModels):
     """The first seed's global model, its weights, and its online trainer (personal optimizer)."""
     model = models.model
     model.set_weights(models.weights[params.seed])
-    task = NextWordTask(params.k)
+    task = common.task(params)
     return model, model.get_weights(), task, protocol.online_trainer(params, model, task, reuse=True)
 
 
@@ -97,7 +96,8 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     online.train_from_cache(online.infer_and_cache(x)["features"], y)
     weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
     online.reset(start)
-    module = inference_reuse.ReuseTrainableModel(model, task, params.personal_learning_rate, params.personal_optimizer)
+    training = (params.personal_learning_rate, params.personal_optimizer)
+    module = inference_reuse.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
     flatbuffer = tflite.convert(module, inference_reuse.REUSE_SIGNATURES)
     tf_losses = [float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)) for bx, by in batches]
     online.reset(start)

@@ -26,7 +26,6 @@ from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, t
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import claims, facts
-from ondevice.tasks.next_word import NextWordTask
 
 NAME = "deeptype_personal_data"
 GLOBAL = "G-M"
@@ -124,7 +123,7 @@ class _Personal:
     """Scores and personal models of one user under every condition, with one protocol trainer."""
 
     def __init__(self, params: Params, corpus: Corpus, models: GlobalModels):
-        self.params, self.corpus, self.models, self.task = params, corpus, models, NextWordTask(params.k)
+        self.params, self.corpus, self.models, self.task = params, corpus, models, common.task(params)
         self.trainer = protocol.personal_trainer(params, models.model, self.task)
 
     def _score(self, test: list, vocab, swap, added: set, row: dict) -> dict:

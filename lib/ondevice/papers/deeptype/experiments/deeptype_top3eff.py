@@ -24,7 +24,6 @@ from ondevice.papers.deeptype import common, protocol, report, sensitivity
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
-from ondevice.tasks.next_word import NextWordTask
 
 NAME = "deeptype_top3eff"
 G_CROWD, P_CROWD, CONTROL = "crowd global", "crowd global + personal", "crowd global + more crowd training"
@@ -175,12 +174,13 @@ def on_device(params: Params, corpora: dict, models: dict, log=print):
     TFLite model (`tflite.parity_table`), from the crowd global model; its own random stream."""
     if not params.tflite_check_steps:
         return None, None
-    corpus, task, p, crowd = corpora["crowd"], NextWordTask(params.k), params, models["crowd"]
+    corpus, task, p, crowd = corpora["crowd"], common.task(params), params, models["crowd"]
     train, _ = corpus.personal(corpus.split.test[0], p.personal_train_fraction)
     batches = list(task.batches(train, p.personal_batch_size, streams.rng(p.seed, "diagnostics/tflite")))
     crowd.model.set_weights(crowd.weights[p.seed])
     steps = batches[: p.tflite_check_steps]
-    return tflite.parity_table(crowd.model, task, p.personal_learning_rate, steps, p.personal_optimizer, log=log)
+    rate, opt, clip = p.personal_learning_rate, p.personal_optimizer, p.personal_clip_norm
+    return tflite.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
 
 
 users_table = report.rows_table

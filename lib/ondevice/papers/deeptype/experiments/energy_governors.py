@@ -30,7 +30,6 @@ from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.report import claims, facts, record
-from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import StepTimer
 
 NAME = "energy_governors"
@@ -88,7 +87,7 @@ def energy_users(params: Params, corpus: Corpus) -> list[str]:
 def personalize(params: Params, corpus: Corpus, models: GlobalModels, env: study.Setup, log=print):
     """Every seed, user and variant: train the personal model inside one window of every measured
     meter; with governor control, all of it once per governor. Returns the runs and what was set."""
-    task = NextWordTask(params.k)
+    task = common.task(params)
     trainers = {v: protocol.personal_trainer(params, models.model, task, hooks) for v, hooks in HOOKS.items()}
     users = energy_users(params, corpus)
     data = {u: corpus.personal(u, params.personal_train_fraction) for u in users}
@@ -158,14 +157,13 @@ def measure_phone(params: Params, env: study.Setup, log=print) -> pd.DataFrame |
 def export_models(params: Params, models: GlobalModels) -> dict[str, bytes]:
     """Trainable TFLite files of both variants from the first seed's global model: what a phone
     harness pushes and runs as the training job."""
-    out, task = {}, NextWordTask(params.k)
+    out, task = {}, common.task(params)
     if not params.export_tflite:
         return out
     for variant, hooks in HOOKS.items():
         models.model.set_weights(models.weights[params.seed])
-        module = tflite.TrainableModel(
-            models.model, task, params.personal_learning_rate, params.personal_optimizer, hooks
-        )
+        training = (params.personal_learning_rate, params.personal_optimizer, hooks, params.personal_clip_norm)
+        module = tflite.TrainableModel(models.model, task, *training)
         out[f"deeptype_{variant}_trainable.tflite"] = tflite.convert(module)
     return out
 

@@ -67,11 +67,19 @@ class OnlineTrainer:
     same softmax variables with the same optimizer; `reset` starts again from given weights.
     """
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", head: str = HEAD):
+    def __init__(
+        self,
+        model: keras.Model,
+        task: Task,
+        learning_rate: float,
+        optimizer: str = "adam",
+        head: str = HEAD,
+        clip_norm=0.0,
+    ):
         self.model, self.task = model, task
         self.hooks = [FineTune(head)]
         self.variables = trainable_variables(model, self.hooks)
-        self.optimizer = make_optimizer(optimizer, learning_rate)
+        self.optimizer = make_optimizer(optimizer, learning_rate, clip_norm)
         self.optimizer.build(self.variables)
         self.features_model, self.head = split(model, head)
         sig = task.signature
@@ -100,8 +108,16 @@ class ReuseTrainableModel(TrainableModel):
     """The fine-tune export (only `head` trains) with `infer_and_cache` and `train_from_cache`; its
     `train` is the fine-tune step, and both update the same variables, so a keyboard may mix them."""
 
-    def __init__(self, model: keras.Model, task: Task, learning_rate: float, optimizer: str = "adam", head: str = HEAD):
-        super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)])
+    def __init__(
+        self,
+        model: keras.Model,
+        task: Task,
+        learning_rate: float,
+        optimizer: str = "adam",
+        head: str = HEAD,
+        clip_norm=0.0,
+    ):
+        super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)], clip_norm=clip_norm)
         self.features_model, self.head = split(model, head)
         sig = task.signature
         self.infer_and_cache = tf.function(

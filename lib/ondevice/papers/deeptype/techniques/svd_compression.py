@@ -29,7 +29,7 @@ PROJECTION = "softmax_svd"
 # code whose change must invalidate a re-trained compressed model (the training loop and task)
 RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
 RETRAIN_CODE += ("ondevice.papers.deeptype.techniques.svd_compression",)
-TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer")
+TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer", "clip_norm")
 
 
 def replace_softmax(model: keras.Model, head: Callable, name: str) -> keras.Model:
@@ -77,18 +77,19 @@ def retrain_global(
 ) -> model_cache.Entry:
     """Compress the (global) `model` at `rank`, re-train it on the crowd (`training`: epochs,
     batch_size, learning_rate, optimizer), cached: the key holds the base model's key, the rank,
-    `training`, the crowd's digest and the code. `rng_factory()` gives the batch order (called only
+    `training`, the task's loss, the crowd's digest and the code. `rng_factory()` gives the batch order (called only
     when training). Returns the entry; its weights fit `compress(model, rank)`."""
-    epochs, batch_size, learning_rate, optimizer = (training[k] for k in TRAINING)
+    epochs, batch_size, learning_rate, optimizer, clip_norm = (training[k] for k in TRAINING)
 
     def train():
         compressed = compress(model, rank)
-        trainer = Trainer(compressed, task, learning_rate, optimizer)
+        trainer = Trainer(compressed, task, learning_rate, optimizer, clip_norm=clip_norm)
         label = f"SVD t={rank} re-training"
         history = trainer.fit(crowd, epochs, batch_size, rng_factory(), log, label) if epochs else []
         return compressed.get_weights(), {"history": history}
 
     fields = {"base_key": base_key, "rank": rank, **{k: training[k] for k in TRAINING}, "k": getattr(task, "k", None)}
+    fields["loss_per"] = getattr(task, "loss_per", "position")
     name, data = "deeptype_global_svd", [crowd.digest()]
     return model_cache.cached_train(name, fields, data, RETRAIN_CODE, train, log, sources=(retrain_global,))
 
@@ -117,15 +118,17 @@ def compress_globals(models, params, crowd, log=print) -> Compressed:
     """`retrain_global` for every seed's global model (`common.GlobalModels`) at `params.svd_rank`,
     re-trained as the global models are (global batch size, rate and optimizer)."""
     from ondevice import streams
-    from ondevice.tasks.next_word import NextWordTask
+    from ondevice.papers.deeptype import common
 
     training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size)
-    training.update(learning_rate=params.global_learning_rate, optimizer=params.optimizer)
+    training.update(
+        learning_rate=params.global_learning_rate, optimizer=params.optimizer, clip_norm=params.global_clip_norm
+    )
     entries = {}
     for seed in params.seed_list:
         models.model.set_weights(models.weights[seed])
         rng = lambda s=seed: streams.rng(s, "batches/svd_retrain")  # noqa: E731
-        args = (models.model, models.entries[seed].key, params.svd_rank, crowd, NextWordTask(params.k))
+        args = (models.model, models.entries[seed].key, params.svd_rank, crowd, common.global_task(params))
         entries[seed] = retrain_global(*args, rng_factory=rng, log=log, **training)
     shape = compress(models.model, params.svd_rank)
     return Compressed(shape, params.svd_rank, {s: e.weights for s, e in entries.items()}, entries)
