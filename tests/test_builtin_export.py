@@ -291,3 +291,18 @@ def test_colla_distillation_trains_in_litert_as_the_distillation_hook_in_tensorf
         "weights_litert": interp.get_signature_runner("get_weights")(),
     }
     assert_parity(check, module.keras_weights(student))
+
+
+def test_the_ptb_regime_trains_in_litert_as_in_tensorflow(lm):
+    """DeepType's PTB regime: SGD on the loss summed over a sample's positions, gradients clipped to a
+    global norm small enough that every step is clipped, in LiteRT as in TensorFlow's Trainer."""
+    model, batches = lm
+    task = NextWordTask(loss_per="sample")
+    check = be.compare(model, task, 1.0, batches, "sgd", be.TRAIN_ALL, sequence_length=8, clip_norm=0.05)
+    assert check["module"].optimizer.clip_norm == 0.05
+    assert_builtin_only(check["flatbuffer"])
+    assert_parity(check, check["module"].keras_weights(model))
+    moved = np.sqrt(
+        sum(np.sum((check["weights_litert"][k] - v) ** 2) for k, v in check["module"].keras_weights(model).items())
+    )
+    assert moved <= 0.05 * len(batches) * (1 + 1e-4)  # each step at most lr x clip_norm

@@ -147,3 +147,34 @@ def test_unknown_optimizer_and_nothing_to_train_are_errors():
 
     with pytest.raises(ValueError, match="no variable"):
         Trainer(model, NextWordTask(), 0.01, hooks=[FreezeAll()])
+
+
+def test_per_sample_loss_is_the_per_position_loss_times_positions_per_sample():
+    """PTB's loss (summed over a sample's positions, mean over samples) against ours (mean over positions)."""
+    samples, model = small_setup()
+    x, y = samples.padded(np.arange(8))
+    logits = model(x, training=False)
+    per_position = float(NextWordTask().loss(y, logits))
+    per_sample = float(NextWordTask(loss_per="sample").loss(y, logits))
+    assert per_sample == pytest.approx(per_position * (y != 0).sum() / len(y), rel=1e-5)
+    with pytest.raises(ValueError, match="loss_per"):
+        NextWordTask(loss_per="token")
+
+
+def test_clipping_bounds_the_update_and_the_schedule_sets_each_epochs_rate():
+    """SGD with clip_norm c moves the weights by at most lr * c per step; the schedule's rate is
+    the optimizer's during its epoch, recorded per epoch, and `reset` restores the base rate."""
+    samples, model = small_setup()
+    start = [w.copy() for w in model.get_weights()]
+    trainer = Trainer(model, NextWordTask(loss_per="sample"), 1.0, "sgd", clip_norm=0.01)
+    trainer.step(*samples.padded(np.arange(16)))
+    moved = np.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(start, model.get_weights())))
+    assert 0 < moved <= 0.01 * (1 + 1e-3)  # float32 rounding of the moved weights
+    trainer.reset(start)
+    history = trainer.fit(samples, 3, 16, np.random.default_rng(0), schedule=lambda epoch: 0.5**epoch)
+    assert [h["learning_rate"] for h in history] == [0.5, 0.25, 0.125]
+    assert float(trainer.optimizer.learning_rate.numpy()) == 0.125
+    trainer.reset(start)
+    assert float(trainer.optimizer.learning_rate.numpy()) == 1.0
+    with pytest.raises(ValueError, match="clip_norm"):
+        Trainer(model, NextWordTask(), 0.01, clip_norm=-1.0)
