@@ -122,15 +122,18 @@ def test_bad_parameters_name_the_field():
         exp.Params.for_scale("smoke", personal_optimizer="rmsprop")
     with pytest.raises(ParameterError, match="personal_epochs"):
         exp.Params.for_scale("smoke", personal_epochs=0)
+    with pytest.raises(ParameterError, match="sensitivity"):
+        exp.Params.for_scale("smoke", sensitivity=["fixed_epochs", "no_such_switch"])
 
 
 def test_sensitivity_switches_each_choice_back_once(two_runs):
     result, _ = two_runs
     table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
-    assert list(table.protocol) == ["this protocol", *exp.sensitivity.SWITCHES]
+    assert list(table.protocol) == ["this protocol", *(label for label, _ in exp.sensitivity.SWITCHES.values())]
     assert table["ci low"].le(table["our change"]).all() and table["our change"].le(table["ci high"]).all()
     fixed = table.set_index("protocol").loc["fixed personal epochs, no per-user hold-out"]
     assert fixed.median_kept_epoch == result.params["personal_epochs"]  # no hold-out: every epoch is kept
     old_crowd = cost.loc["crowd includes the test and validation users' plays"]
-    clean = result.tables["data"].set_index("role").loc["crowd", "users"]
+    data = result.tables["data"]
+    clean = data[data.vocabulary == "crowd"].set_index("role").loc["crowd", "users"]
     assert old_crowd.crowd_users > clean  # the switched-back crowd has the set-apart roles again

@@ -15,21 +15,25 @@ import pandas as pd
 from ondevice import streams
 from ondevice.papers.deeptype import common, protocol, report
 
-# name -> the fields that switch one choice back to what the suite did before (issue 22)
+# id -> (what is switched back to the suite's earlier protocol, the fields that do it) (issue 22)
 SWITCHES = {
-    "crowd includes the test and validation users' plays": dict(crowd_excludes_groups=False),
-    "fixed personal epochs, no per-user hold-out": dict(personal_holdout_fraction=0.0),
-    "global model by Adam 0.002 on the per-position mean loss (no clipping, no decay)": dict(
-        optimizer="adam",
-        global_learning_rate=0.002,
-        global_clip_norm=0.0,
-        global_lr_decay=1.0,
-        global_loss_per="position",
-        global_epochs=8,
-        global_patience=1,
+    "leaky_crowd": ("crowd includes the test and validation users' plays", dict(crowd_excludes_groups=False)),
+    "fixed_epochs": ("fixed personal epochs, no per-user hold-out", dict(personal_holdout_fraction=0.0)),
+    "adam_global": (
+        "global model by Adam 0.002 on the per-position mean loss (no clipping, no decay)",
+        dict(
+            optimizer="adam",
+            global_learning_rate=0.002,
+            global_clip_norm=0.0,
+            global_lr_decay=1.0,
+            global_loss_per="position",
+            global_epochs=8,
+            global_patience=1,
+        ),
     ),
-    "personal SGD 1.0 on the per-position mean loss, no clipping": dict(
-        personal_loss_per="position", personal_clip_norm=0.0
+    "mean_loss_personal": (
+        "personal SGD 1.0 on the per-position mean loss, no clipping",
+        dict(personal_loss_per="position", personal_clip_norm=0.0),
     ),
 }
 CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
@@ -53,7 +57,7 @@ def effect_rows(params, name: str, corpus: common.Corpus, models: common.GlobalM
 def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
     """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds)."""
     rows, costs = [], []
-    for name, change in SWITCHES.items():
+    for name, change in (SWITCHES[s] for s in params.sensitivity):
         p, started = dataclasses.replace(params, **change), time.perf_counter()
         corpus = common.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
         models = common.train_global(p, corpus, log)
