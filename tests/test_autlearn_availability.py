@@ -191,12 +191,13 @@ def test_finish_within_day_on_a_hand_made_trace():
     import pandas as pd
 
     from ondevice.data.device_traces import AUTONOMOUS, FEDERATED, DeviceWindows
+    from ondevice.papers.autlearn.traces import Trace
 
     day = 86400.0
     # one window 01:00-03:00 on each of two days; federated only on the second
     auto = np.array([[1 * 3600, 3 * 3600], [day + 3600, day + 3 * 3600]])
     device = DeviceWindows("d", "Nexus 6", 0.0, 3 * day, {AUTONOMOUS: auto, FEDERATED: auto[1:]})
-    trace = ex.Trace([device], "hand-made", True, (AUTONOMOUS, FEDERATED), {}, 0)
+    trace = Trace([device], "hand-made", True, (AUTONOMOUS, FEDERATED), {}, 0)
     params = ex.Params.for_scale("smoke", start_hours=(0, 2, 12), epochs_grid=(1, 5), window_overhead_s=0.0)
     phones = pd.DataFrame(
         [

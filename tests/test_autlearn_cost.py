@@ -123,6 +123,7 @@ def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
 
 
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():
+    from ondevice.papers.autlearn import protocol
     from ondevice.papers.autlearn.experiments import autlearn_cost as exp
 
     params = exp.Params.for_scale("smoke", 0)
@@ -133,7 +134,7 @@ def test_compiler_paths_give_the_same_loss_for_the_same_steps():
     for path in exp.PATHS:
         model = small_lstm(seed=3)
         model.set_weights(start)
-        step = exp.step_function(path, model, "text", params, "softmax")
+        step = protocol.step_function(params, "text", path, model, "softmax")
         losses[path] = [step(x, y), step(x, y)]  # the second loss shows the first update agreed too
     assert losses["tensorflow"][1] < losses["tensorflow"][0]
     for path in ("xla", "tflite"):

@@ -7,6 +7,7 @@ import pytest
 
 from ondevice.data import manifests
 from ondevice.models import yamnet
+from ondevice.papers.moil import audio_data, audio_model, protocol
 from ondevice.papers.moil.experiments import moil_audio as exp
 from ondevice.params import ParameterError
 
@@ -30,29 +31,28 @@ def tiny():
     )
     data = _synthetic(params)
     model = yamnet.build(seed=1)
-    predict = exp._predictor(model)
-    pre = exp.Pretrained(
+    predict = protocol.forward(model)
+    pre = audio_model.Pretrained(
         model.get_weights(),
         "random",
         None,
-        exp.class_aucs(data.global_eval, exp.clip_scores(predict, data.global_eval)),
-        exp.class_aucs(data.local_val, exp.clip_scores(predict, data.local_val)),
+        audio_model.class_aucs(data.global_eval, audio_model.clip_scores(predict, data.global_eval)),
+        audio_model.class_aucs(data.local_val, audio_model.clip_scores(predict, data.local_val)),
     )
     return params, data, pre
 
 
 def test_fmc_gives_the_same_result_as_lf_without_caching(tiny, tmp_path):
     params, data, pre = tiny
-    lf = exp.personalize(params, data, pre, params.alpha, params.n, log=lambda *_: None)
-    cached = exp.personalize(
-        params, data, pre, params.alpha, params.n, fmc=True, log=lambda *_: None, cache_dir=tmp_path
-    )
+    personal = exp.Personalizer(params, data, pre)
+    lf = personal.run(params.alpha, params.n, params.seed, log=lambda *_: None)
+    cached = personal.run_fmc(params.alpha, params.n, params.seed, tmp_path, log=lambda *_: None)
     assert [h["loss"] for h in cached.history[1:]] == pytest.approx([h["loss"] for h in lf.history[1:]], abs=1e-6)
     assert cached.history[1]["loss"] != cached.history[2]["loss"]  # it did train
-    np.testing.assert_allclose(cached.global_auc.to_numpy(), lf.global_auc.to_numpy(), atol=1e-9)
-    np.testing.assert_allclose(cached.local_auc.to_numpy(), lf.local_auc.to_numpy(), atol=1e-9)
+    for part in ("global", "local"):
+        np.testing.assert_allclose(cached.scores[part].to_numpy(), lf.scores[part].to_numpy(), atol=1e-9)
     assert cached.cache["feature_shape"] == "6x4x512"
-    assert sorted(p.name for p in tmp_path.glob("*.npy")) == ["global.npy", "local.npy", "train.npy"]
+    assert sorted(p.name for p in tmp_path.glob("*.npy")) == ["global-0.npy", "local-0.npy", "train-0.npy"]
     table = exp.cache_table(cached, data)
     ten_s = table[table.per == "10 s of audio"].set_index("what").bytes
     assert ten_s["feature-map cache"] / 1024 == 960  # the thesis's 960 KB per 10 s under LF(3)
@@ -63,11 +63,11 @@ def test_gdm_mixes_pool_clips_only(tiny):
     assert not set(data.global_pool.ids) & set(data.global_eval.ids)
     assert not set(data.local_train.ids) & set(data.local_val.ids)
     assert not set(data.local_train.classes) & set(data.global_eval.classes)
-    none = exp.mixed_training_set(params, data, 0.0)
+    none = audio_data.mixed_training_set(data, 0.0, params.seed)
     assert list(none.ids) == list(data.local_train.ids)
-    whole = exp.mixed_training_set(params, data, 1.0)
+    whole = audio_data.mixed_training_set(data, 1.0, params.seed)
     assert set(whole.ids) == set(data.local_train.ids) | set(data.global_pool.ids)
-    half = exp.mixed_training_set(params, data, 0.5)
+    half = audio_data.mixed_training_set(data, 0.5, params.seed)
     picked = set(half.ids) - set(data.local_train.ids)
     assert picked < set(data.global_pool.ids) and len(picked) == len(data.global_pool) // 2
     assert len(half.patches) == len(half.clip) and half.clip.max() == len(half) - 1

@@ -12,6 +12,7 @@ import yaml
 
 from ondevice.data import digits, fashion_mnist, manifests
 from ondevice.data.manifests import DataError
+from ondevice.papers.moil import image_data, report
 from ondevice.papers.moil.experiments import moil_image as exp
 from ondevice.params import ParameterError
 
@@ -131,20 +132,20 @@ def test_paper_scale_names_the_manual_downloads():
 def test_per_class_sample_is_balanced_and_resize_keeps_the_range():
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(4), 10)
-    idx = exp._per_class(labels, 10, rng)
+    idx = image_data._per_class(labels, 10, rng)
     assert np.bincount(labels[idx]).tolist() == [3, 3, 2, 2] and len(set(idx)) == 10
     images = np.random.default_rng(1).integers(0, 256, (3, 28, 28)).astype(np.uint8)
-    out = exp._resize(images, 32, 255.0)
+    out = image_data._resize(images, 32, 255.0)
     assert out.shape == (3, 32, 32, 1) and out.dtype == np.float32 and 0 <= out.min() and out.max() <= 1
 
 
 def test_bootstrap_difference_and_verdicts():
     rng = np.random.default_rng(0)
     same = rng.random((2, 200)) < 0.7
-    r = exp._bootstrap(same, same, rng, 500)
+    r = report.accuracy_difference(same, same, rng, 500)
     assert r["our change"] == 0 and r["ci low"] == r["ci high"] == 0 and r["verdict"] == "within noise"
     better = np.ones((2, 200), bool)
     worse = rng.random((2, 200)) < 0.5
-    r = exp._bootstrap(better, worse, rng, 500)
+    r = report.accuracy_difference(better, worse, rng, 500)
     assert r["ci low"] <= r["our change"] <= r["ci high"] and r["verdict"] == "holds"
-    assert exp._bootstrap(worse, better, rng, 500)["verdict"] == "does not hold"
+    assert report.accuracy_difference(worse, better, rng, 500)["verdict"] == "does not hold"

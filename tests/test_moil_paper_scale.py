@@ -14,6 +14,7 @@ import tf_keras as keras
 from ondevice.data import image_folders
 from ondevice.data.manifests import DataError
 from ondevice.models import mobilenet_v2, yamnet
+from ondevice.papers.moil import audio_data, audio_model
 from ondevice.papers.moil.experiments import moil_audio
 from ondevice.papers.moil.experiments import moil_image as exp
 
@@ -146,14 +147,14 @@ def test_paper_path_runs_every_stage_on_streamed_files(trees, tmp_path):
     assert sorted(np.unique(data.local_test[1])) == [3, 4]  # local labels after the 3 ImageNet classes
     pre = exp.pretrain(params, data, log=lambda *_: None)
     personal = exp.Personalizer(params, data, pre)
-    x, y = personal.mixed(0.5, params.seed)  # GDM by file list: 3 per ImageNet class + all birds
+    x, y, _ = personal.mixed(0.5, params.seed)  # GDM by file list: 3 per ImageNet class + all birds
     assert isinstance(x, image_folders.ImageFiles) and np.bincount(y).tolist() == [3, 3, 3, 5, 5]
     runs = exp.gdm_sweep(params, personal, log=lambda *_: None) + exp.lf_sweep(params, personal, log=lambda *_: None)
     cached = personal.run_fmc(params.alpha, params.n, params.seed, tmp_path, log=lambda *_: None)
     features = np.load(tmp_path / f"train-{params.seed}.npy", mmap_mode="r")
     assert features.shape == (len(x), 1280)  # the cache written once, read memory-mapped
     runs.append(cached)
-    equal = exp.fmc_equality(runs, params)
+    equal = exp.fmc_vs_lf(runs, params)
     assert equal["max |weight difference|"].iloc[0] == 0 and equal["global predictions equal"].all()
     time_table = exp.timing(params, data, personal, runs, log=lambda *_: None)
     size_table = exp.cache_size(params, data, pre, log=lambda *_: None)
@@ -203,7 +204,7 @@ def test_audioset_evaluation_set_in_the_official_format(tmp_path):
     class_map = pd.read_csv(manifests.resolve("yamnet", "class_map"))
     _audioset_tree(tmp_path, class_map)
     names = class_map.display_name.tolist()
-    meta, waves, labels = moil_audio.load_audioset(tmp_path, names)
+    meta, waves, labels = audio_data.load_audioset(tmp_path, names)
     assert meta.filename.tolist() == ["--4gqARaEJE_0.wav", "--BfvyPmVMo_20.wav"]
     assert [np.flatnonzero(row).tolist() for row in labels] == [[0, 137], [500]] and meta.target.tolist() == [0, 500]
     assert [len(w) for w in waves] == [32000, 32000]  # 2 s resampled to 16 kHz
@@ -214,7 +215,7 @@ def test_audioset_evaluation_set_in_the_official_format(tmp_path):
     assert len(data.global_pool) + len(data.global_eval) == 2 and data.global_categories == ["AudioSet evaluation set"]
     (tmp_path / "eval_segments.csv").unlink()
     with pytest.raises(DataError, match=r"eval_segments\.csv \(the official CSV"):
-        moil_audio.load_audioset(tmp_path, names)
+        audio_data.load_audioset(tmp_path, names)
 
 
 def _official_yamnet() -> keras.Model:
@@ -264,5 +265,5 @@ def test_yamnet_h5_with_the_official_names_round_trips(tmp_path):
     with pytest.raises(ValueError, match=r"ours\.h5: no weighted layer 'layer1/conv'.*layer1/conv/bn"):
         yamnet.load_h5(yamnet.build(), tmp_path / "ours.h5")
     params = moil_audio.Params.for_scale("smoke", yamnet_h5=str(tmp_path / "yamnet.h5"))
-    weights, source = moil_audio._import_weights(params, log=lambda *_: None)
+    weights, source = audio_model._import_weights(params, log=lambda *_: None)
     assert source.startswith("yamnet.h5") and all(np.array_equal(a, b) for a, b in zip(weights, ours.get_weights()))

@@ -1,8 +1,9 @@
 """AutLearn's method, once: the on-device step (transfer learning: the last layer of the public
 pre-trained model trains on one user's data), its learning rate chosen on validation users, online
-learning from the inference cache, and the cloud's compression of the public model within an
-accuracy budget (Sec. 3.2-3.5). Every AutLearn experiment trains users through `PersonalTrainer`
-and the per-kind fields `<kind>_personal_{optimizer,learning_rate,epochs,batch_size}`.
+learning from the inference cache, the step timed on a compiler path and online updates timed with
+and without the cache, and the cloud's compression of the public model within an accuracy budget
+(Sec. 3.2-3.5). Every AutLearn experiment trains users through `PersonalTrainer` and the per-kind
+fields `<kind>_personal_{optimizer,learning_rate,epochs,batch_size}`.
 
 The last-layer hook (`FineTune`), equal-length bucketing, the inference cache and the SVD of the
 softmax are DeepType's modules: AutLearn (same first author) names the same methods (Sec. 3.3:
@@ -27,7 +28,7 @@ from ondevice.data.typing_samples import Samples, build_samples
 from ondevice.models import mobilenet_v1
 from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES, image_features
-from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
+from ondevice.papers.autlearn.techniques import compiler, magnitude_pruning, pruning
 from ondevice.papers.deeptype.techniques import svd_compression
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
@@ -272,6 +273,26 @@ def time_steps(step, batches: list, timing_steps: int, warmup_steps: int) -> tup
         step(x, y)
         times.append(time.perf_counter() - t0)
     return float(np.mean(times)), len(times)
+
+
+def step_function(params, kind: str, path: str, model: keras.Model, head: str):
+    """The on-device step of `head` alone on a compiler path (`techniques.compiler`), by the kind's
+    on-device optimizer and rate: (x, y) -> loss."""
+    s = setting(params, kind)
+    return compiler.step_function(path, model, task(params, kind), s.optimizer, s.learning_rate, [FineTune(head)])
+
+
+def update_seconds(trainer: OnlineTrainer, start, batches: list, timing_steps: int, warmup_steps: int) -> dict:
+    """Measured seconds of a stream's online updates (`time_steps` x updates) from `start` without
+    the inference cache (the whole forward pass, then the head's gradient) and with it (the head's
+    update from the features the prediction cached)."""
+    timed = lambda step: time_steps(step, batches, timing_steps, warmup_steps)[0] * len(batches)
+    trainer.reset(start)
+    without = timed(lambda x, y: float(trainer.step_without_reuse(x, y)))
+    trainer.reset(start)
+    cached = {id(x): trainer.infer_and_cache(x)["features"] for x, _ in batches}
+    with_cache = timed(lambda x, y: float(trainer.train_from_cache(cached[id(x)], y)))
+    return {"without cache": without, "with cache": with_cache}
 
 
 # ---- the cloud's compression of the public model (Sec. 3.2) -------------------------------------

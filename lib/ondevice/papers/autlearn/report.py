@@ -1,13 +1,19 @@
 """How the AutLearn experiments report: (seeds, users) matrices for paired effects, effect rows for
-claims without a table in paper.toml, the run record, and the notebooks' figures (one style)."""
+claims without a table in paper.toml, the run record, the tables and claims particular to one
+experiment (named in each docstring), and the notebooks' figures (one style)."""
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pandas as pd
 
-from ondevice.data.device_traces import AUTONOMOUS, CHARGING, FEDERATED
+from ondevice import streams
+from ondevice.data.device_traces import AUTONOMOUS, CHARGING, CONDITIONS, FEDERATED
+from ondevice.device.energy.base import MODELLED
 from ondevice.papers.autlearn.common import MODEL_NAMES
+from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
 from ondevice.report import claims, facts, record
 
 COLOURS = {AUTONOMOUS: "#00798c", FEDERATED: "#d1495b", CHARGING: "#8c8c8c"}
@@ -108,6 +114,112 @@ def larger_later_text(eff: pd.DataFrame, claims_: dict, stand_in: str) -> str:
         "paper's; the direction and size of each effect are."
     )
     return "\n".join(lines)
+
+
+def compression_table(variants: dict) -> pd.DataFrame:
+    """autlearn_cost: what each compression (`protocol.Compressed`, per kind) leaves: parameters (the
+    non-zero ones show magnitude pruning), forward FLOPs per sample, size as float32 and
+    zlib-compressed (where sparsity shows), validation top-1, and ratios to the uncompressed model."""
+    rows = []
+    for kind, compressed in variants.items():
+        for v in compressed:
+            blob, m = b"".join(np.asarray(w, np.float32).tobytes() for w in v.model.get_weights()), v.model
+            row = dict(model=MODEL_NAMES[kind], method=v.method, detail=v.detail, parameters=pruning.parameters(m))
+            row |= dict(
+                nonzero_parameters=magnitude_pruning.nonzero_parameters(m),
+                forward_mflops=pruning.forward_flops(m) / 1e6,
+            )
+            row |= dict(size_mb_float32=len(blob) / 1e6, size_mb_zlib=len(zlib.compress(blob, 6)) / 1e6)
+            rows.append(row | dict(val_top1=v.val_top1, accuracy_drop=compressed[0].val_top1 - v.val_top1))
+    table = pd.DataFrame(rows)
+    first = table.groupby("model").transform("first")
+    for col in ("parameters", "forward_mflops", "size_mb_zlib"):
+        table[f"{col}_ratio"] = table[col] / first[col]
+    return table
+
+
+def compiler_effects(params, compiled: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_cost: TensorFlow's epoch time over each compiled path's, per model and batch, judged
+    like the effects (paired bootstrap over users); every column names time (timings differ per run)."""
+    paper_change = 1 / facts.paper("autlearn_cost", "compiler").numbers[0].value - 1
+    rows = []
+    for (model, batch), sub in compiled.groupby(["model", "batch"]):
+        tensorflow = wide(sub, "epoch_time_seconds", path="tensorflow")
+        for path in params.compiler_paths[1:]:
+            rng = streams.rng(params.seed, f"bootstrap/compiler/{model}/{batch}/{path}")
+            r = claims.paired_effect(tensorflow, wide(sub, "epoch_time_seconds", path=path), rng, params.bootstrap)
+            row = {"time effect": f"{path} shortens {model}'s epoch (batch {batch})", "paper time change": paper_change}
+            row |= {"our time change": r["change"], "ci low (time)": r["ci_low"], "ci high (time)": r["ci_high"]}
+            rows.append(row | {"users (time)": r["users"], "verdict (time)": r["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def governor_claims(params, energy: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_cost: Fig. 9's directions without numbers: each governor after the first (the
+    baseline) makes training take longer and use less energy, per variant (modelled)."""
+    baseline, rows = params.governors[0], []
+    for g in params.governors[1:]:
+        for variant in ("un-optimised", "optimised"):
+            checks = (
+                (f"{g} lowers the energy of {variant} training", "less energy (Fig. 9)", "energy_j", baseline, g),
+                (f"{g} makes {variant} training take longer", "more time (Fig. 9)", "seconds", g, baseline),
+            )
+            for claim, paper, column, better, worse in checks:
+                pair = (wide(energy, column, variant=variant, governor=governor) for governor in (better, worse))
+                r = claims.paired_effect(*pair, streams.rng(params.seed, f"bootstrap/{claim}"), params.bootstrap)
+                row = {
+                    "effect": claim,
+                    "label": MODELLED,
+                    "paper": paper,
+                    "our change": r["change"],
+                    "ci low": r["ci_low"],
+                }
+                rows.append(row | {"ci high": r["ci_high"], "users": r["users"], "verdict": r["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def cost_quantities(epochs: pd.DataFrame, online: pd.DataFrame, energy: pd.DataFrame) -> dict[str, np.ndarray]:
+    """autlearn_cost: the per-user values of every quantity the paper names, keyed by its name."""
+    out = {}
+    for method in ("uncompressed", "structured pruning", "SVD", "magnitude pruning"):
+        out[f"epoch time, LSTM, {method}"] = wide(epochs, "epoch_seconds", model="LSTM", method=method)
+    for batch in sorted(set(epochs[epochs.model == "MobileNet"].batch)):
+        for method in ("uncompressed", "structured pruning"):
+            where = dict(model="MobileNet", method=method, batch=batch)
+            out[f"epoch time, MobileNet batch {batch}, {method}"] = wide(epochs, "epoch_seconds", **where)
+    for model in MODEL_NAMES.values():
+        for cache in ("without cache", "with cache"):
+            where = dict(model=model, condition=cache)
+            out[f"online update time, {model}, {cache}"] = wide(online, "update_seconds", **where)
+    for variant in ("un-optimised", "optimised"):
+        where = dict(variant=variant, governor="performance")
+        out[f"energy, LSTM, {variant}, performance"] = wide(energy, "energy_j", **where)
+    return out
+
+
+def availability_summary(minutes: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_availability: per condition, the median and spread over devices of the minutes per
+    day, and the shares of devices with at least the paper's 120 and 60 minutes."""
+    rows = []
+    for c, g in minutes.groupby("condition", sort=False):
+        m = g.minutes_per_day
+        row = {"condition": c, "what": CONDITIONS[c], "devices": len(m), "median minutes per day": float(m.median())}
+        row |= {"10th percentile": float(m.quantile(0.1)), "90th percentile": float(m.quantile(0.9))}
+        rows.append(row | {f"share with at least {n} min": float((m >= n).mean()) for n in (120, 60)})
+    return pd.DataFrame(rows)
+
+
+def finish_summary(params, finish: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_availability: the share of devices (x start hours) finishing within the horizon, per
+    condition, variant and epochs."""
+    rows = []
+    for (c, v, e), g in finish.groupby(["condition", "variant", "epochs"], sort=False):
+        needed = float(g.training_minutes_needed.median())
+        row = {"condition": c, "variant": v, "epochs": e, "devices": len(g)}
+        row |= {"median training minutes needed (phone, extrapolated)": needed}
+        row |= {f"share finishing within {params.horizon_hours:g} h": float(g.share_within_horizon.mean())}
+        rows.append(row | {"devices finishing from every start hour": float((g.share_within_horizon == 1).mean())})
+    return pd.DataFrame(rows)
 
 
 # ---- figures: each takes an experiment's tables and returns a matplotlib figure ------------------

@@ -64,13 +64,20 @@ def bytes_per_sample(array: np.ndarray) -> int:
     return int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
 
 
+def describe(features: np.ndarray) -> dict:
+    """One cached feature map: its shape (e.g. "6x4x512") and its bytes."""
+    return {
+        "feature_shape": "x".join(str(d) for d in features.shape[1:]),
+        "cached_bytes_per_sample": bytes_per_sample(features),
+    }
+
+
 def size_report(features: np.ndarray, raw_bytes_per_sample: int) -> dict:
     """Cached vs raw storage per sample (thesis footnotes 5 and 6 / M6); `raw / cached` > 1 means
     the cache is smaller than the raw input."""
-    cached = bytes_per_sample(features)
+    cached = describe(features)
     return {
-        "feature_shape": "x".join(str(d) for d in features.shape[1:]),
-        "cached_bytes_per_sample": cached,
+        **cached,
         "raw_bytes_per_sample": int(raw_bytes_per_sample),
-        "raw / cached": raw_bytes_per_sample / cached,
+        "raw / cached": raw_bytes_per_sample / cached["cached_bytes_per_sample"],
     }
