@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
-    ap.add_argument("--notebook", nargs="*", default=None)
+    ap.add_argument("--notebook", nargs="+", action="extend", default=None, help="repeatable; names add up")
     ap.add_argument("--rtol", type=float, default=0.0)
     args = ap.parse_args(argv)
     names = args.notebook or sorted(p.name for p in args.before.iterdir() if (p / "tables").is_dir())
