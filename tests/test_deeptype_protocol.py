@@ -136,6 +136,7 @@ def test_global_stopping_rule_is_the_old_one(speeches):
     assert entry.info["plateau"] == (waited >= params.global_patience)
     assert len(losses) == params.global_epochs or entry.info["plateau"]
     assert entry.info["best_epoch"] == int(np.argmin(losses)) + 1
+    assert common.kept_epoch(entry.info) == kept  # what the model-cache table reports as kept_epoch
     model = common.build_model(params, corpus, params.seed)
     model.set_weights(entry.weights)
     task = common.task(params)

@@ -437,23 +437,31 @@ class GlobalModels:
         )
 
     def cache(self) -> pd.DataFrame:
-        """Each distinct global model: from the cache or not, epochs, best epoch, plateau reached, seeds, key."""
-        columns = ["seed", "from_cache", "epochs", "best_epoch", "plateau", "used_by_seeds", "train_seconds", "key"]
+        """Each distinct global model: from the cache or not, epochs run, the epoch whose weights it
+        keeps (the plateau rule's last improving one), the epoch of the lowest hold-out loss (later
+        epochs may lower it by less than `global_min_improvement`), plateau reached, seeds, key."""
+        columns = "seed from_cache epochs kept_epoch lowest_holdout_epoch plateau used_by_seeds train_seconds key"
         seeds = lambda e: [t for t, f in self.entries.items() if f.key == e.key]
         rows = [
-            (
-                s,
-                e.hit,
-                len(e.info["history"]),
-                e.info.get("best_epoch"),
-                e.info.get("plateau"),
-                seeds(e),
-                e.info["train_seconds"],
-                e.key[:16],
-            )
+            (s, e.hit, len(e.info["history"]), kept_epoch(e.info), e.info.get("best_epoch"), e.info.get("plateau"))
+            + (seeds(e), e.info["train_seconds"], e.key[:16])
             for s, e in self.unique().items()
         ]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=columns.split())
+
+
+def kept_epoch(info: dict) -> int | None:
+    """The epoch whose weights a cached global model holds: its hold-out curve replayed through the
+    plateau rule it was trained with (None without a hold-out)."""
+    history, fields = info["history"], info.get("fields", {})
+    if not history or "holdout_loss" not in history[0]:
+        return None
+    watch = Plateau(fields["global_patience"], fields["global_min_improvement"]).watch()
+    no_weights = type("NoWeights", (), {"get_weights": lambda self: []})()
+    for h in history:
+        if watch.update(h["holdout_loss"], h["epoch"], no_weights):
+            break
+    return watch.epoch
 
 
 def train_global(params: DeepTypeParams, corpus: Corpus, log=print) -> GlobalModels:
