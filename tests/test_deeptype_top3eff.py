@@ -137,3 +137,31 @@ def test_sensitivity_switches_each_choice_back_once(two_runs):
     data = result.tables["data"]
     clean = data[data.vocabulary == "crowd"].set_index("role").loc["crowd", "users"]
     assert old_crowd.crowd_users > clean  # the switched-back crowd has the set-apart roles again
+
+
+def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_switches():
+    """The audit flags the crowd row (other sign) and not the far row (interval holds the paper's
+    change): only the flagged row gets the measured line and the sensitivity section."""
+    import pandas as pd
+
+    row = lambda effect, paper, ours, low, high: {
+        "effect": effect, "paper change": paper, "our change": ours, "ci low": low, "ci high": high,
+        "diagnosis": "", "section": "",
+    }  # fmt: skip
+    effects = pd.DataFrame(
+        [
+            row("personalization raises top-k-eff (same-corpus crowd global model)", 0.099, -0.05, -0.08, -0.02),
+            row("personalization raises top-k-eff (far-corpus global model)", 0.05, 0.04, 0.0, 0.09),
+        ]
+    )
+    users = pd.DataFrame({"condition": [exp.P_CROWD] * 3 + [exp.P_FAR], "kept_epoch": [0, 0, 2, 1]})
+    switched = pd.DataFrame(
+        [row("x", 0.099, -0.05, -0.08, -0.02) | {"protocol": "this protocol"}]
+        + [row("x", 0.099, -0.1, -0.12, -0.08) | {"protocol": "fixed personal epochs, no per-user hold-out"}]
+    )
+    out = exp.sensitivity.diagnose(effects, users, {"sensitivity": switched})
+    assert out.diagnosis[0] == (
+        "2 of 3 user runs kept the global model (epoch 0); "
+        "switched back: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
+    )
+    assert out.section[0] == exp.sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""

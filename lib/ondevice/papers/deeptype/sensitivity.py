@@ -14,6 +14,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.deeptype import common, protocol, report
+from ondevice.report import claims
 
 # id -> (what is switched back to the suite's earlier protocol, the fields that do it) (issue 22)
 SWITCHES = {
@@ -97,3 +98,36 @@ def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=pr
     users, rng = report.rows_table(rows), streams.rng(params.seed, "bootstrap/sensitivity")
     effects = table(users, switched_rows, "this protocol", before, after, params, rng)
     return {"sensitivity": effects, "sensitivity_cost": costs}
+
+
+SECTION = "Sensitivity: which choice drives the sign"
+# the personalized condition behind each personalization effect, by a phrase of its claim
+PERSONALIZED = {
+    "(same-corpus crowd global model)": "crowd global + personal",
+    "light users": "crowd global + personal",
+    "heavy users": "crowd global + personal",
+    "more global training": "crowd global + personal",
+    "(far-corpus global model)": "far global + personal",
+}
+
+
+def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> pd.DataFrame:
+    """Fill the diagnosis of each personalization effect the audit rule flags (interval excludes the
+    paper's change, >3x off or of the other sign) with this run's measurements: how many user runs
+    kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines)
+    and, for the crowd, the effect with each choice switched back (`table`)."""
+    effects, switched = effects.copy(), (more or {}).get("sensitivity")
+    for i, row in effects.iterrows():
+        condition = next((c for phrase, c in PERSONALIZED.items() if phrase in row.effect), None)
+        flagged = claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) == "unexplained"
+        if condition is None or not flagged:
+            continue
+        kept = users[users.condition == condition].kept_epoch
+        line = f"{int((kept == 0).sum())} of {len(kept)} user runs kept the global model (epoch 0)"
+        if switched is not None and condition.startswith("crowd"):
+            line += "; switched back: " + "; ".join(
+                f"{r.protocol} {r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
+                for _, r in switched.iloc[1:].iterrows()
+            )
+        effects.loc[i, ["diagnosis", "section"]] = [line, SECTION]
+    return effects

@@ -260,7 +260,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
         "training": pd.concat([m.history().assign(**g) for m, _, g in both.values()]),
         "global_model_cache": pd.concat([m.cache().assign(**g) for m, _, g in both.values()], ignore_index=True),
         "paper_vs_ours": pd.concat(numbers, ignore_index=True),
-        "effects": pd.concat(effects, ignore_index=True),
+        "effects": sensitivity.diagnose(pd.concat(effects, ignore_index=True), users, more),
     }
     tables |= {"personal_curves": report.personal_curves(rows), "kept_epochs": report.kept_epochs(users)}
     tables |= {"crowd_overlap": pd.concat([c.overlap(params.personal_train_fraction) for c in corpora.values()])}
