@@ -129,7 +129,8 @@ def test_bad_parameters_name_the_field():
 def test_sensitivity_switches_each_choice_back_once(two_runs):
     result, _ = two_runs
     table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
-    assert list(table.protocol) == ["this protocol", *(label for label, _ in exp.sensitivity.SWITCHES.values())]
+    labels = [label for label, _ in exp.sensitivity.SWITCHES.values()]
+    assert list(table.protocol) == ["this protocol", *labels, "validation choice"]  # smoke runs the tuned row
     assert table["ci low"].le(table["our change"]).all() and table["our change"].le(table["ci high"]).all()
     fixed = table.set_index("protocol").loc["fixed personal epochs, no per-user hold-out"]
     assert fixed.median_kept_epoch == result.params["personal_epochs"]  # no hold-out: every epoch is kept
@@ -162,6 +163,6 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
     out = exp.sensitivity.diagnose(effects, users, {"sensitivity": switched})
     assert out.diagnosis[0] == (
         "2 of 3 user runs kept the global model (epoch 0); "
-        "switched back: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
+        "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
     assert out.section[0] == exp.sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""

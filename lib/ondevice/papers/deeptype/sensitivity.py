@@ -73,30 +73,41 @@ def _words(corpus: common.Corpus) -> dict:
     return {"crowd_words": sum(map(len, corpus.crowd)), "crowd_users": len(corpus.split.crowd)}
 
 
-def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: str, after: str, params, rng):
+def _from_rows(users: pd.DataFrame, before: str, after: str, name: str) -> pd.DataFrame:
+    """Per seed and user, the main rows' `before` and `after` top-k-eff as one protocol's rows."""
+    d = users[users.condition.isin([before, after])]
+    kept = d[d.condition == after].set_index(["seed", "user"]).kept_epoch
+    d = d.pivot_table(index=["seed", "user"], columns="condition", values="top_k_eff").assign(kept_epoch=kept)
+    return d.reset_index().rename(columns={before: "top_k_eff_global", after: "top_k_eff"}).assign(protocol=name)
+
+
+def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: str, after: str, params, rng, also=()):
     """The effect of personalization per protocol: this one (from the main rows: `before` ->
-    `after` conditions) and each switched back, with its paired interval over users."""
-    main = users[users.condition.isin([before, after])].pivot_table(
-        index=["seed", "user"], columns="condition", values="top_k_eff"
-    )
-    main = main.reset_index().rename(columns={before: "top_k_eff_global", after: "top_k_eff"})
-    frames = [main.assign(protocol=current), pd.DataFrame(switched_rows)]
+    `after` conditions), each switched back, and each (name, condition) of `also` (e.g. the
+    validation users' choice), with its paired interval over users."""
+    frames = [_from_rows(users, before, after, current), pd.DataFrame(switched_rows)]
+    frames += [_from_rows(users, before, condition, name) for name, condition in also]
     both, out = pd.concat(frames, ignore_index=True), []
     for name, d in both.groupby("protocol", sort=False):
         first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
         row = report.effect(report.wide(d), report.wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
-        kept = users[users.condition == after].kept_epoch if name == current else d["kept_epoch"]
-        out.append({**row, "median_kept_epoch": float(np.median(kept))})
+        out.append({**row, "median_kept_epoch": float(np.median(d["kept_epoch"]))})
     return pd.DataFrame(out)
 
 
-def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print) -> dict[str, pd.DataFrame]:
-    """The sensitivity table and what its switched-back runs cost, as tables of the result."""
+# main-row conditions shown beside the switches: the validation users' choice (top-3-eff's tuned row)
+BESIDE = (("validation choice", "crowd global + personal, tuned (deviation)"),)
+
+
+def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE) -> dict:
+    """The sensitivity table and what its switched-back runs cost, as tables of the result; `also`:
+    (name, condition) pairs of the main rows shown beside them when the run has that condition."""
     if not params.sensitivity:
         return {}
     switched_rows, costs = switched(params, corpora["crowd"], log)
     users, rng = report.rows_table(rows), streams.rng(params.seed, "bootstrap/sensitivity")
-    effects = table(users, switched_rows, "this protocol", before, after, params, rng)
+    present = [(n, c) for n, c in also if (users.condition == c).any()]
+    effects = table(users, switched_rows, "this protocol", before, after, params, rng, present)
     return {"sensitivity": effects, "sensitivity_cost": costs}
 
 
@@ -125,7 +136,7 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
         kept = users[users.condition == condition].kept_epoch
         line = f"{int((kept == 0).sum())} of {len(kept)} user runs kept the global model (epoch 0)"
         if switched is not None and condition.startswith("crowd"):
-            line += "; switched back: " + "; ".join(
+            line += "; other protocols: " + "; ".join(
                 f"{r.protocol} {r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
                 for _, r in switched.iloc[1:].iterrows()
             )
