@@ -1,12 +1,15 @@
 """DeepType D2 (Sec. 3.2, Fig. 2): how the global model's top-3-eff grows with its training data
 and with epochs.
 
-Global LSTMs train on nested shares of the crowd text (the smaller set is part of the larger) and
+Global LSTMs train on nested shares of the crowd text (the smaller set is part of the larger), each
+until its loss on the held-out global text plateaus (the global model's rule, best epoch kept), and
 after every epoch are scored on the test users' later lines, the text the other DeepType notebooks
-test on. Each size is one model-cache entry with its weights and per-epoch scores. The vocabulary
-is the shared one (from the whole crowd): the paper keeps a fixed vocabulary.
+test on; the effects compare the kept epochs. Each size is one model-cache entry with its weights and
+per-epoch scores. The vocabulary is the shared one (from the whole crowd): the paper keeps a fixed
+vocabulary. A 2-gram with the typed-character filter, counted on the same words, is the baseline of
+every size: whether a size effect is the LSTM's or the data's.
 
-Stages: `load_corpus`, `training_sets`, `train_sizes`, `conclude`; `run` calls them all.
+Stages: `load_corpus`, `training_sets`, `train_sizes`, `baselines`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -19,38 +22,42 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data.typing_samples import Samples, build_samples
+from ondevice.metrics import top_k_eff
+from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed
 from ondevice.papers.deeptype import common, report
 from ondevice.papers.deeptype.common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.params import ParameterError, presets
 from ondevice.report import claims, facts
 from ondevice.training import model_cache
-from ondevice.training.trainer import seed_everything
+from ondevice.training.trainer import Plateau, seed_everything
 
 NAME = "deeptype_data_size"
 TRAINING_CODE = common.TRAINING_CODE + ("ondevice.metrics",)
 MODEL_FIELDS = tuple(
     "vocab_size embedding_dim hidden_units lstm_layers context_words global_batch_size global_learning_rate optimizer "
     "size_epochs personal_train_fraction eval_max_words k global_clip_norm global_lr_decay global_decay_after dropout "
-    "global_loss_per".split()
+    "global_loss_per global_holdout_words global_patience global_min_improvement".split()
 )
 # Our sizes map onto the paper's three by rank: smallest <-> 1M, second largest <-> 10M, largest <-> 20M words.
 PAPER = facts.paper(NAME)
 SIZE_EFFECTS = facts.load("deeptype")[NAME]["size_effects"]
-CONVERGED = 0.01  # an epoch is "converged" when its median top-k-eff is within 1% of the best epoch's
+BASELINE = "2-gram+char"  # Kneser-Ney 2-gram, suggestions filtered by the typed characters (as the LSTM's are)
+SECTION = "Why the sizes differ: kept epochs and the n-gram baseline"
 
 
 @dataclass(frozen=True)
 class Params(common.DeepTypeParams):
     size_fractions: tuple[float, ...] = (0.05, 0.5, 1.0)  # shares of size_max_words (the paper: 1M, 10M, 20M)
     size_max_words: int = 0  # words of crowd text in the largest set; 0 = the whole crowd text
-    size_epochs: int = 10  # epochs per size, each followed by an evaluation (Fig. 2: 10)
+    size_epochs: int = 10  # most epochs per size, each followed by an evaluation (Fig. 2: 10); a plateau stops earlier
     eval_max_words: int = 0  # per test user, words of the later lines scored each epoch; 0 = all
 
     PRESETS = presets(
         common.PRESETS,
         {
             "smoke": dict(size_fractions=(0.25, 0.5, 1.0), size_max_words=4000, size_epochs=2, eval_max_words=150),
-            "default": dict(size_fractions=(0.1, 0.5, 1.0), size_max_words=150000, size_epochs=5, eval_max_words=500),
+            # at most the global regime's 13 epochs (a fixed 5 left the smallest model gaining 11% at its 5th)
+            "default": dict(size_fractions=(0.1, 0.5, 1.0), size_max_words=150000, size_epochs=13, eval_max_words=500),
         },
     )
 
@@ -105,28 +112,35 @@ def _head(s: Samples, n: int) -> Samples:
 def size_model(
     params: Params, corpus: Corpus, sets: TrainingSets, words: int, seed: int, log=print
 ) -> model_cache.Entry:
-    """The global model trained on `words` words of crowd text for `size_epochs`, scored on every
-    test user after each epoch; from the model cache when it exists."""
+    """The global model trained on `words` words of crowd text until its held-out global-text loss
+    plateaus (`global_patience`, `global_min_improvement`; at most `size_epochs`), keeping the best
+    epoch, and scored on every test user after each epoch; from the model cache when it exists."""
     data, task = build_samples(sets.sets[words], corpus.vocab, params.context_words), common.task(params)
+    held = corpus.holdout_samples
 
     def scores(model) -> dict:
         users = {u: task.evaluate(model, s) for u, s in sets.evaluation.items()}
         median = np.median([r["top_k_eff"] for r in users.values()])
         log(f"{words} words (seed {seed}): median top-{params.k}-eff {median:.4f}")
-        return {"users": {u: {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"]} for u, r in users.items()}}
+        loss = {"holdout_loss": float(np.log(task.evaluate(model, held)["perplexity"]))} if held else {}
+        users = {u: {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"]} for u, r in users.items()}
+        return loss | {"users": users}
 
     def train():
         model = common.build_model(params, corpus, seed)
         trainer, schedule = common.global_trainer(params, model)  # the global regime, its decay included
         rng = streams.rng(seed, f"batches/data_size/{words}")
-        args = (params.size_epochs, params.global_batch_size, rng, log, f"{words} words", scores)
+        stop = Plateau(params.global_patience, params.global_min_improvement) if held else None
+        args = (params.size_epochs, params.global_batch_size, rng, log, f"{words} words", scores, stop)
         history = trainer.fit(data, *args, schedule=schedule)
-        return model.get_weights(), {
-            "epochs": [{k: h[k] for k in ("epoch", "loss", "seconds", "users")} for h in history]
-        }
+        keys = ("epoch", "loss", "seconds", "steps", "holdout_loss", "users")
+        epochs = [{k: h[k] for k in keys if k in h} for h in history]
+        kept = history.best_epoch or len(history)  # without a hold-out: the last epoch
+        return model.get_weights(), {"epochs": epochs, "kept_epoch": kept, "plateau": history.plateau}
 
     fields = {name: getattr(params, name) for name in MODEL_FIELDS} | {"seed": seed, "training_words": words}
     digests = [a.sha256 for a in corpus.manifest.artifacts] + [data.digest()]
+    digests += [held.digest()] if held is not None else []
     digests += [f"{u}:{s.digest()}" for u, s in sorted(sets.evaluation.items())]
     return model_cache.cached_train(NAME, fields, digests, TRAINING_CODE, train, log, sources=(size_model,))
 
@@ -139,11 +153,27 @@ def train_sizes(
     return {(seed, w): size_model(params, corpus, sets, w, seed, log) for seed in params.seed_list for w in sets.sets}
 
 
+def baselines(params: Params, corpus: Corpus, sets: TrainingSets, log=print) -> pd.DataFrame:
+    """One row per (size, test user): top-k-eff of the 2-gram counted on that size's words (no seeds)."""
+    prefix, rows = PrefixFilter(corpus.vocab), []
+    for words, sentences in sets.sets.items():
+        model = KneserNey.fit([[corpus.vocab.word_id(w) for w in s] for s in sentences], 2, corpus.vocab.size)
+        effs = {
+            u: top_k_eff(s.word_len, chars_needed(model, s, prefix, params.k, True)[0])
+            for u, s in sets.evaluation.items()
+        }
+        rows += [{"model": BASELINE, "training_words": words, "user": u, "top_k_eff": e} for u, e in effs.items()]
+        log(f"{BASELINE} on {words} words: median top-{params.k}-eff {np.median(list(effs.values())):.4f}")
+    return pd.DataFrame(rows)
+
+
 def curve(entries: dict[tuple[int, int], model_cache.Entry]) -> pd.DataFrame:
-    """One row per (seed, size, epoch, test user): top-k-eff and perplexity after that epoch."""
+    """One row per (seed, size, epoch, test user): top-k-eff and perplexity after that epoch, and
+    whether it is the epoch whose weights the model keeps."""
     return pd.DataFrame(
         [
-            {"seed": seed, "training_words": words, "epoch": e["epoch"], "user": user, **s}
+            {"seed": seed, "training_words": words, "epoch": e["epoch"], "kept": e["epoch"] == entry.info["kept_epoch"]}
+            | {"user": user, **s}
             for (seed, words), entry in entries.items()
             for e in entry.info["epochs"]
             for user, s in e["users"].items()
@@ -152,12 +182,24 @@ def curve(entries: dict[tuple[int, int], model_cache.Entry]) -> pd.DataFrame:
 
 
 def training(entries: dict[tuple[int, int], model_cache.Entry]) -> pd.DataFrame:
+    """One row per (seed, size, epoch): training and held-out loss, optimizer steps, seconds."""
+    columns = ["epoch", "loss", "holdout_loss", "steps", "seconds"]
     rows = [
-        (seed, words, e["epoch"], e["loss"], e["seconds"], entry.hit)
+        {"seed": seed, "training_words": words, **{c: e.get(c, np.nan) for c in columns}, "from_cache": entry.hit}
         for (seed, words), entry in entries.items()
         for e in entry.info["epochs"]
     ]
-    return pd.DataFrame(rows, columns=["seed", "training_words", "epoch", "loss", "seconds", "from_cache"])
+    return pd.DataFrame(rows)
+
+
+def stopping(entries: dict[tuple[int, int], model_cache.Entry]) -> pd.DataFrame:
+    """One row per (seed, size): epochs run, the epoch kept, whether the plateau (not the cap) ended it."""
+    rows = [
+        {"seed": seed, "training_words": words, "epochs": len(entry.info["epochs"])}
+        | {"kept_epoch": entry.info["kept_epoch"], "plateau": entry.info["plateau"]}
+        for (seed, words), entry in entries.items()
+    ]
+    return pd.DataFrame(rows)
 
 
 def summary_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -166,33 +208,52 @@ def summary_table(points: pd.DataFrame) -> pd.DataFrame:
     return summary.rename(columns={"top_k_eff": "top_k_eff_median", "perplexity": "perplexity_median"})
 
 
+def medians(points: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
+    """Median top-k-eff per size: the LSTM at its kept epoch beside the 2-gram counted on the same words."""
+    lstm = points[points.kept].groupby("training_words").top_k_eff.median().rename("LSTM (kept epoch)")
+    return pd.concat([lstm, base.groupby("training_words").top_k_eff.median().rename(BASELINE)], axis=1).reset_index()
+
+
 def _final(points: pd.DataFrame, words: int) -> np.ndarray:
-    """(seeds, users) top-k-eff after the last epoch of one size."""
-    return report.wide(points[(points.training_words == words) & (points.epoch == points.epoch.max())])
+    """(seeds, users) top-k-eff at the kept epoch of one size."""
+    return report.wide(points[(points.training_words == words) & points.kept])
 
 
-def epochs_to_converge(points: pd.DataFrame, words: int) -> list[int]:
-    """Per seed, the first epoch whose median top-k-eff is within CONVERGED of the best epoch's."""
-    med = points[points.training_words == words].groupby(["seed", "epoch"]).top_k_eff.median()
-    return [
-        int(m[m >= (1 - CONVERGED) * m.max()].index.min())
-        for m in (m.droplevel("seed") for _, m in med.groupby(level="seed"))
-    ]
+def _median(table: pd.DataFrame, words: int) -> float:
+    return float(table[table.training_words == words].top_k_eff.median())
 
 
-def effects(params: Params, points: pd.DataFrame) -> pd.DataFrame:
-    """The paper's data-size claims, judged on the final epoch by a paired bootstrap over users."""
+def diagnosis(row: dict, stops: pd.DataFrame, base: pd.DataFrame, worse: int, better: int) -> str:
+    """For an effect the audit rule flags: where each size's LSTM stopped, and the same size
+    effect for the 2-gram counted on the same words (a count model has no training to fall short)."""
+    if claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) != "unexplained":
+        return ""
+    s = stops.groupby("training_words").agg(kept=("kept_epoch", "median"), run=("epochs", "median"))
+    s = s.join(stops.groupby("training_words").plateau.all())
+    stop = "; ".join(
+        f"{w:,} words kept epoch {s.kept[w]:g} of {s.run[w]:g} ({'plateau' if s.plateau[w] else 'epoch cap'})"
+        for w in (worse, better)
+    )
+    b, w = _median(base, better), _median(base, worse)
+    return f"{stop}; {BASELINE} on the same words {w:.3f} -> {b:.3f} ({b / w - 1:+.1%})"
+
+
+def effects(params: Params, points: pd.DataFrame, stops: pd.DataFrame | None = None, base=None) -> pd.DataFrame:
+    """The paper's data-size claims, judged at the kept epochs by a paired bootstrap over users;
+    a flagged row's diagnosis (with `stops` and `base`) reads this run's measurements."""
     sizes, paper, rows = sorted(points.training_words.unique()), report.paper_values(PAPER), []
     for e in SIZE_EFFECTS:
         better, worse, rng = sizes[e["better"]], sizes[e["worse"]], streams.rng(params.seed, f"bootstrap/{e['claim']}")
         first = {"effect": e["claim"], "words": f"{worse} -> {better}", "paper change": paper[e["paper"]]}
-        rows.append(report.effect(_final(points, better), _final(points, worse), rng, params.bootstrap, first))
+        row = report.effect(_final(points, better), _final(points, worse), rng, params.bootstrap, first)
+        text = diagnosis(row, stops, base, worse, better) if stops is not None else ""
+        rows.append(row | {"diagnosis": text, "section": SECTION if text else ""})
     return pd.DataFrame(rows)
 
 
-def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries: dict, wall_time_s: float):
+def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries: dict, base, wall_time_s: float):
     """Tables, headline numbers per seed, the paper's numbers beside ours, and the verdicts."""
-    points, (small, *_, second, large) = curve(entries), sorted(sets.sets)
+    points, stops, (small, *_, second, large) = curve(entries), stopping(entries), sorted(sets.sets)
     final = {w: np.median(_final(points, w), axis=1) for w in (small, second, large)}
     per_seed = {
         "top-k-eff, smallest training set": final[small],
@@ -201,7 +262,7 @@ def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries: dict, 
         "relative gain, smallest -> second largest set": final[second] / final[small] - 1,
         "relative gain, second largest -> largest set": final[large] / final[second] - 1,
     }
-    converge = {"epochs to converge (largest set)": epochs_to_converge(points, large)}
+    converge = {"epochs to converge (largest set)": stops[stops.training_words == large].kept_epoch.tolist()}
     headline = report.headlines({q: v.tolist() for q, v in per_seed.items()} | converge, {q: 1.0 for q in converge})
     numbers = claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()})
     numbers["ours: words"] = [small, second, f"{small} -> {second}", f"{second} -> {large}", large]
@@ -212,8 +273,11 @@ def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries: dict, 
         "curve": points,
         "summary": summary_table(points),
         "training": training(entries),
+        "stopping": stops,
+        "baseline": base,
+        "medians": medians(points, base),
         "paper_vs_ours": numbers,
-        "effects": effects(params, points),
+        "effects": effects(params, points, stops, base),
     }
     cached = {f"{s}/{w}": e.hit for (s, w), e in entries.items()}
     return report.result(NAME, params, corpus, tables, headline, wall_time_s, models_from_cache=cached)
@@ -225,4 +289,4 @@ def run(params: Params, speeches=None, log=print):
     corpus = load_corpus(params, speeches, log)
     sets = training_sets(params, corpus, log)
     entries = train_sizes(params, corpus, sets, log)
-    return conclude(params, corpus, sets, entries, time.perf_counter() - start)
+    return conclude(params, corpus, sets, entries, baselines(params, corpus, sets, log), time.perf_counter() - start)
