@@ -2,6 +2,7 @@
 paths (TensorFlow, XLA, TFLite) agreeing on the loss of the same step. Real TensorFlow throughout."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import tf_keras as keras
 
@@ -149,3 +150,40 @@ def test_bad_parameters_name_the_parameter():
         exp.Params.for_scale("smoke", 0, governors=["powersave"])
     with pytest.raises(ParameterError, match="time_source"):
         exp.Params.for_scale("smoke", 0, time_source="guessed")
+
+
+def test_counted_work_beside_time_reads_each_claims_flops():
+    """Hand-made counts: structured pruning halves the LSTM epoch's FLOPs (+100% if time followed),
+    the cache removes 90% of an update's; the energy row reads the LSTM's pruned epoch."""
+    from ondevice.papers.autlearn import report
+    from ondevice.papers.autlearn.experiments import autlearn_cost as exp
+
+    users = ["a", "b", "c"]
+    epoch_flops = {"uncompressed": 10.0, "structured pruning": 5.0, "SVD": 8.0, "magnitude pruning": 10.0}
+    epochs = [
+        {"model": "LSTM", "batch": 16, "user": u, "method": m, "gflops": f}
+        for u in users
+        for m, f in epoch_flops.items()
+    ]
+    epochs += [
+        {"model": "MobileNet", "batch": b, "user": u, "method": m, "gflops": 4.0 if m == "uncompressed" else 3.0}
+        for b in (1, 16)
+        for u in users
+        for m in ("uncompressed", "structured pruning")
+    ]
+    online = [
+        {"model": m, "user": u, "condition": c, "gflops": 10.0 if c == "without cache" else 1.0}
+        for m in ("LSTM", "MobileNet")
+        for u in users
+        for c in exp.costs.CACHE
+    ]
+    flops = report.flop_quantities(pd.DataFrame(epochs).assign(epoch_seconds=0.0), pd.DataFrame(online))
+    table = report.flops_beside_time(exp.PAPER, flops).set_index("effect")
+    pruned = table.loc["structured pruning shortens the LSTM's epoch"]
+    assert pruned["FLOP change"] == pytest.approx(1.0) and pruned["work removed"] == pytest.approx(0.5)
+    assert pruned[report.NEEDED] == pytest.approx(1 - 1 / (1 + pruned["paper change"]))
+    assert table.loc["magnitude pruning shortens the LSTM's epoch", "FLOP change"] == 0.0
+    assert table.loc["the inference cache shortens online updates (MobileNet)", "work removed"] == pytest.approx(0.9)
+    energy = table.loc["optimisations lower the LSTM's training energy (performance governor)"]
+    assert energy["FLOP change"] == pytest.approx(1.0)
+    assert report.flop_diagnosis(pruned).startswith("counted FLOPs: the technique removes 50% of the work (+100% if")

@@ -191,10 +191,43 @@ def cost_quantities(epochs: pd.DataFrame, online: pd.DataFrame, energy: pd.DataF
         for cache in ("without cache", "with cache"):
             where = dict(model=model, condition=cache)
             out[f"online update time, {model}, {cache}"] = wide(online, "update_seconds", **where)
-    for variant in ("un-optimised", "optimised"):
+    for variant in ("un-optimised", "optimised") if energy is not None else ():
         where = dict(variant=variant, governor="performance")
         out[f"energy, LSTM, {variant}, performance"] = wide(energy, "energy_j", **where)
     return out
+
+
+def flop_quantities(epochs: pd.DataFrame, online: pd.DataFrame) -> dict[str, np.ndarray]:
+    """autlearn_cost: `cost_quantities`' keys with counted GFLOPs instead of seconds or joules (the
+    energy's un-optimised/optimised are the LSTM's uncompressed/structured-pruning epochs)."""
+    counted = epochs.assign(epoch_seconds=epochs.gflops), online.assign(update_seconds=online.gflops)
+    work, lstm = cost_quantities(*counted, None), "epoch time, LSTM, "
+    energy = {"un-optimised": lstm + "uncompressed", "optimised": lstm + "structured pruning"}
+    return work | {f"energy, LSTM, {v}, performance": work[q] for v, q in energy.items()}
+
+
+NEEDED = "work the paper's change needs removed"
+
+
+def flops_beside_time(paper: claims.Paper, flops: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Per claimed effect: the change the counted FLOPs predict (medians over users, as the time's
+    change is read), the share of the work the technique removes, and the share the paper's change
+    would need removed (the paper's change from its own numbers)."""
+    values, rows = {n.quantity: n.value for n in paper.numbers}, []
+    for e in paper.effects:
+        change = float(np.median(flops[e.better]) / np.median(flops[e.worse]) - 1)
+        wanted = values[e.better] / values[e.worse] - 1
+        row = {"effect": e.claim, "paper change": wanted, "FLOP change": change, "work removed": 1 - 1 / (1 + change)}
+        rows.append(row | {NEEDED: 1 - 1 / (1 + wanted)})
+    return pd.DataFrame(rows)
+
+
+def flop_diagnosis(row) -> str:
+    """One line from a `flops_beside_time` row: what the counted work says about our change."""
+    return (
+        f"counted FLOPs: the technique removes {row['work removed']:.0%} of the work ({row['FLOP change']:+.0%} "
+        f"if time followed FLOPs); the paper's {row['paper change']:+.0%} needs {row[NEEDED]:.0%} removed"
+    )
 
 
 def availability_summary(minutes: pd.DataFrame) -> pd.DataFrame:

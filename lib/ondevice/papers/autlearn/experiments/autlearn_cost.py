@@ -53,6 +53,7 @@ from ondevice.training.trainer import seed_everything
 NAME = "autlearn_cost"
 MODELS = common.MODEL_NAMES
 PAPER = facts.paper(NAME)
+FLOPS_SECTION = "Counted work beside time"
 STAND_IN = (
     "the paper's full data sets and phones: LEAF Sent140's 8,692-tweet test split for the public text, 105 "
     "LEAF FEMNIST writers (a 5% sample; a few of them as the cloud's data in place of ImageNet), the suite's "
@@ -249,13 +250,17 @@ def conclude(
     source = "counted FLOPs" if params.time_source == "counted" else "measured time on this machine"
     numbers["ours from"] = [("modelled energy: " if q.startswith("energy") else "") + source for q in numbers.quantity]
     pairs = {e.claim: (measured[e.better], measured[e.worse]) for e in PAPER.effects}
-    effects = claims.effects_table(PAPER, pairs, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    flops = report.flops_beside_time(PAPER, report.flop_quantities(epochs, online_table))
+    notes = {r.effect: claims.Diagnosis(report.flop_diagnosis(r), FLOPS_SECTION) for _, r in flops.iterrows()}
+    rng = streams.rng(params.seed, "bootstrap")
+    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=notes)
+    flops.insert(2, "time change (ours)", effects["our change"].to_numpy())
     headline = {f"{e.claim}: change": claims.headline([c]) for e, c in zip(PAPER.effects, effects["our change"])}
     tables = dict(compression=compression_table(variants), pruning_rounds=rounds, epochs=epochs)
     tables |= dict(compiler_time=compiled, compiler_time_effects=report.compiler_effects(params, compiled))
     tables |= dict(compiler_parity=parity, online=online_table, phone_times=phone_table, layer_time_fit=fit_table)
     tables |= dict(energy=energy_table, governor_claims=report.governor_claims(params, energy_table))
-    tables |= dict(paper_vs_ours=numbers, effects=effects)
+    tables |= dict(paper_vs_ours=numbers, effects=effects, flops_beside_time=flops)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest)]
     notes = dict(time_source=params.time_source, energy_label=MODELLED, timed_text_users=list(data.text_users))
     notes |= dict(timed_writers=list(data.image_users), cloud_writers=list(data.cloud_writers))
