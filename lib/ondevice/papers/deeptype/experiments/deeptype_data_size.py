@@ -223,9 +223,10 @@ def _median(table: pd.DataFrame, words: int) -> float:
     return float(table[table.training_words == words].top_k_eff.median())
 
 
-def diagnosis(row: dict, stops: pd.DataFrame, base: pd.DataFrame, worse: int, better: int) -> str:
-    """For an effect the audit rule flags: where each size's LSTM stopped, and the same size
-    effect for the 2-gram counted on the same words (a count model has no training to fall short)."""
+def diagnosis(row: dict, stops: pd.DataFrame, base: pd.DataFrame, kept: pd.DataFrame, worse: int, better: int) -> str:
+    """For an effect the audit rule flags: where each size's LSTM stopped, the same size effect for
+    the 2-gram counted on the same words (a count model has no training to fall short), and the
+    smaller size's LSTM (`kept`: the kept epochs' points) beside that 2-gram."""
     if claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) != "unexplained":
         return ""
     s = stops.groupby("training_words").agg(kept=("kept_epoch", "median"), run=("epochs", "median"))
@@ -235,7 +236,8 @@ def diagnosis(row: dict, stops: pd.DataFrame, base: pd.DataFrame, worse: int, be
         for w in (worse, better)
     )
     b, w = _median(base, better), _median(base, worse)
-    return f"{stop}; {BASELINE} on the same words {w:.3f} -> {b:.3f} ({b / w - 1:+.1%})"
+    small = f"the LSTM on {worse:,} words {_median(kept, worse):.3f} against the {BASELINE}'s {w:.3f}"
+    return f"{stop}; {BASELINE} on the same words {w:.3f} -> {b:.3f} ({b / w - 1:+.1%}); {small}"
 
 
 def effects(params: Params, points: pd.DataFrame, stops: pd.DataFrame | None = None, base=None) -> pd.DataFrame:
@@ -246,7 +248,7 @@ def effects(params: Params, points: pd.DataFrame, stops: pd.DataFrame | None = N
         better, worse, rng = sizes[e["better"]], sizes[e["worse"]], streams.rng(params.seed, f"bootstrap/{e['claim']}")
         first = {"effect": e["claim"], "words": f"{worse} -> {better}", "paper change": paper[e["paper"]]}
         row = report.effect(_final(points, better), _final(points, worse), rng, params.bootstrap, first)
-        text = diagnosis(row, stops, base, worse, better) if stops is not None else ""
+        text = diagnosis(row, stops, base, points[points.kept], worse, better) if stops is not None else ""
         rows.append(row | {"diagnosis": text, "section": SECTION if text else ""})
     return pd.DataFrame(rows)
 
