@@ -114,3 +114,16 @@ def test_on_device_experiments_train_with_the_personal_fields_not_the_global_opt
     trainer = protocol.personal_trainer(params, model, task)
     for optimizer in (online.optimizer, trainer.optimizer):
         assert type(optimizer).__name__ == "Adam" and float(optimizer.learning_rate) == pytest.approx(0.01)
+
+
+def test_cost_readings_count_each_reading_of_the_two_steps():
+    """A model with one LSTM layer: 4 gates of (3 + 2) x 2 MACs per position, a 2 x 10 softmax;
+    per position 80 and 40 FLOPs, so the readings are (80 + 80) / 80, (80 + 80) / 40, 3 (80 + 40) / 40."""
+    config = lstm_lm.LSTMConfig(12, 10, 3, 2, 1)
+    assert inference_reuse.forward_flops(config, 1) == (80.0, 40.0)
+    readings = list(inference_reuse.cost_readings(config, batch=16, length=5).values())
+    assert readings == pytest.approx([2.0, 4.0, 9.0])
+    ours = inference_reuse.flops_per_update(config, 16, 5, False) / inference_reuse.flops_per_update(
+        config, 16, 5, True
+    )
+    assert readings[0] == pytest.approx(ours)  # the first reading is the step the notebook times

@@ -147,3 +147,17 @@ def flops_per_update(config, batch: int, length: int, reuse: bool) -> float:
     gradient flows below it). With reuse: the softmax forward and kernel gradient only."""
     lstm, softmax = forward_flops(config, batch * length)
     return 2 * softmax + (0.0 if reuse else lstm)
+
+
+def cost_readings(config, batch: int, length: int) -> dict[str, float]:
+    """Update cost without reuse over with reuse, in FLOPs, under each reading of the two steps: ours
+    (the fine-tune step against the softmax forward and kernel gradient from the cached hidden
+    states), the paper's text (Sec. 5.5: the loss straight from the cached probabilities, so the
+    reuse step is the kernel gradient alone) and the widest (every layer back-propagated, the
+    backward pass counted as twice the forward, against that gradient)."""
+    lstm, softmax = forward_flops(config, batch * length)
+    return {
+        "ours: fine-tune step / softmax from the cached hidden states": (lstm + 2 * softmax) / (2 * softmax),
+        "fine-tune step / gradient from the cached probabilities": (lstm + 2 * softmax) / softmax,
+        "full back-propagation / gradient from the cached probabilities": 3 * (lstm + softmax) / softmax,
+    }
