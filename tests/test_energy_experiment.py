@@ -79,7 +79,11 @@ def test_every_number_is_labelled_and_the_headline_is_measured(measured_run):
     lag = 2 * result.notes["fake_counter_max_gap_s"]
     assert ((rapl.energy_j - WATTS * rapl.seconds).abs() <= WATTS * (lag + 0.2 * rapl.seconds)).all()
     assert set(result.tables["summary"].label) == {"measured", "modelled"}
-    assert result.tables["effects"]["meter"].iloc[0] == "measured: rapl"
+    effects = result.tables["effects"]
+    assert effects["meter"].iloc[0] == "measured: rapl"
+    # the combined-optimisation row names the one optimisation run and quotes the fine-tuning row's changes
+    tune = f"changes training time {effects['our change'][1]:+.0%} here, the paper's {effects['paper change'][1]:+.0%}"
+    assert effects.diagnosis[0].startswith("ours optimises by fine-tuning alone") and tune in effects.diagnosis[0]
     assert set(result.tables["direction_claims"].meter) == {"rapl", "modelled"}
     backends = result.tables["backends"].set_index("meter")
     assert (
