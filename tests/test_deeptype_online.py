@@ -96,6 +96,25 @@ def test_parts_and_effects():
     assert table["paper change"].tolist() == [0.095, 0.169]
 
 
+def test_the_validation_choice_trains_with_its_own_optimizer_and_explains_a_flagged_effect(setup):
+    params, _, models, short = setup
+    also = exp.Emulator(params, models).also()
+    assert also.params.personal_optimizer == params.also_optimizer == "adam"
+    assert also.params.personal_learning_rate == params.also_learning_rate
+    assert type(also.trainer.optimizer).__name__.lower() == "adam"
+    rows = [
+        {"seed": 0, "user": u, "condition": c}
+        | {f"top_k_eff_{p}": 0.3 + 0.01 * i + bump for p in ("stream", "last", "later_lines")}
+        for i, u in enumerate("abcde")
+        for c, bump in (("global", 0.0), ("online", -0.03), (exp.ALSO, 0.01))
+    ]
+    table = exp.effects(params, pd.DataFrame(rows))  # online loses: the paper's gains are of the other sign
+    assert set(table.verdict) == {"does not hold"} and set(table.section) == {exp.SECTION}
+    assert table.diagnosis[0].startswith("with the validation users' choice (adam 0.0003) online training changes +")
+    without = exp.effects(params, pd.DataFrame([r for r in rows if r["condition"] != exp.ALSO]))
+    assert set(without.diagnosis) == {""}  # nothing measured, nothing said
+
+
 def test_bad_parameters_are_named():
     with pytest.raises(ParameterError, match="online_training"):
         exp.Params.for_scale("smoke", online_training="sometimes")
