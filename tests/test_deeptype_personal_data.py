@@ -41,7 +41,8 @@ def test_one_row_per_user_and_condition_with_nested_personal_data(run):
     params, result, _, _, corpus = run
     users = result.tables["users"]
     expected = {"G-M"} | {exp.condition(f, d) for f in params.data_fractions for d in (True, False)}
-    assert set(users.condition) == expected
+    assert set(users.condition) == expected | {f"P-M {f}{exp.ALSO}" for f in ("50%", "100%")}
+    assert len(exp.paper_conditions(users).condition.unique()) == len(expected)
     assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
     assert set(users.user) == set(corpus.split.test)
     for user, rows in users.groupby("user"):
@@ -77,11 +78,11 @@ def test_global_model_is_the_shared_one(run):
 
 def test_training_starts_from_the_global_weights_with_the_same_batches(run):
     params, _, calls, shared, _ = run
-    assert len(calls) == 2 * len(params.data_fractions) * params.test_users
+    paper = [c for c in calls if c["params"] is params]  # the protocol's epochs and batch size are the personal fields
+    assert len(paper) == 2 * len(params.data_fractions) * params.test_users
     for call in calls:
         assert all(np.array_equal(a, b) for a, b in zip(call["weights"], shared.weights[0]))
-        assert call["params"] is params  # the protocol's epochs and batch size are the personal fields
-    for without, with_ in zip(calls[::2], calls[1::2]):  # P-M* then P-M of one user and data size
+    for without, with_ in zip(paper[::2], paper[1::2]):  # P-M* then P-M of one user and data size
         assert without["rng"] == with_["rng"]
         assert np.array_equal(without["data"].offsets, with_["data"].offsets)
         changed = without["data"].target != with_["data"].target
@@ -103,3 +104,15 @@ def test_bad_parameters_fail_clearly():
         exp.Params.for_scale("smoke", data_fractions=(0.25, 1.0))
     with pytest.raises(ParameterError, match="dynamic_vocab_min_count"):
         exp.Params.for_scale("smoke", dynamic_vocab_min_count=0)
+
+
+def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_its_effects(run):
+    params, result, calls, _, _ = run
+    also = [c["params"] for c in calls if c["params"].personal_optimizer == params.also_optimizer]
+    assert len(also) == 2 * len(result.tables["users"].user.unique())  # P-M 50% and 100% of every user, again
+    assert {c.personal_learning_rate for c in also} == {params.also_learning_rate}
+    notes = exp.also_diagnoses(params, result.tables["users"])
+    # the two effects whose personal models were retrained; the dynamic vocabulary's P-M* was not
+    assert set(notes) == {e.claim for e in exp.PAPER.effects if "dynamic" not in e.claim}
+    assert all(n.text.startswith("with the validation users' choice (adam 0.0003): ") for n in notes.values())
+    assert {n.section for n in notes.values()} == {exp.SECTION}
