@@ -261,3 +261,19 @@ def test_no_device_sample_reaches_the_cloud_side():
     # the check is not blind: a payload smuggling samples as floats is found
     smuggled = Upload("d0", [private[:2].astype(np.float32)], np.array([1]))
     assert leaked_rows(private, smuggled.parameters) >= 2
+
+
+def test_customization_can_remove_at_most_the_fc_share_of_a_prediction():
+    """The diagnosis of the FLOP claim: the FC over every place is what Customization can trim."""
+    from types import SimpleNamespace
+
+    from ondevice.papers.colla.experiments import colla_cost
+
+    params = colla_cost.Params.for_scale("smoke")
+    same = params.device_config(40, customised=False)
+    full, lstm_only = mrnn.inference_flops(same), mrnn.inference_flops(same, 0)
+    assert full - lstm_only == 2 * same.hidden_units * 40 + 40  # the FC's products and biases
+    note = colla_cost.fc_share(params, SimpleNamespace(places=40), pd.DataFrame({"places_held": [3, 5, 9]}))
+    share = f"{(full - lstm_only) / full:.0%}"
+    assert note.text.startswith(f"the FC over all 40 places is {share} of a prediction's FLOPs")
+    assert "a device holds a median 5 in its last cycle" in note.text
