@@ -75,8 +75,13 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
 
 def test_personal_data_experiment_d4(setup, created):
     corpus, models = setup
-    data_exp.personalize(params_of(data_exp), corpus, models, log=lambda _: None)
-    assert created and set(created) == {MINE}
+    params = params_of(data_exp)
+    data_exp.personalize(params, corpus, models, log=lambda _: None)
+    # the paper's configuration, and the validation users' choice beside it (its optimizer and rate, the personal clip)
+    assert set(created) == {MINE, (params.also_optimizer, params.also_learning_rate, 3.0)}
+    created.clear()
+    data_exp._Personal(params_of(data_exp, also_optimizer=""), corpus, models)
+    assert created == [MINE]
 
 
 @pytest.mark.parametrize("online_training", ["fine_tune", "full"])
