@@ -81,6 +81,13 @@ def config(params) -> dict:
     return {k: getattr(params, field) for k, field in FIELDS.items()}
 
 
+def validation_choice(params):
+    """`params` with the personal optimizer and rate of its `also_*` fields: the validation users'
+    choice, which the online and personal-data notebooks run beside the paper's configuration."""
+    change = {"personal_optimizer": params.also_optimizer, "personal_learning_rate": params.also_learning_rate}
+    return dataclasses.replace(params, **change)
+
+
 def with_config(params, chosen: dict):
     """`params` with another personal configuration (e.g. one chosen on validation users)."""
     return dataclasses.replace(params, **{field: chosen[k] for k, field in FIELDS.items()})

@@ -13,7 +13,6 @@ Stages: `load_corpus`, `train_global`, `emulate`, `conclude`.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -85,10 +84,7 @@ class Emulator:
 
     def also(self) -> "Emulator":
         """The same emulation with the validation users' personal optimizer and learning rate."""
-        change = dict(
-            personal_optimizer=self.params.also_optimizer, personal_learning_rate=self.params.also_learning_rate
-        )
-        return Emulator(dataclasses.replace(self.params, **change), self.models)
+        return Emulator(protocol.validation_choice(self.params), self.models)
 
     def run(self, data: Samples, seed: int, train: bool) -> tuple[np.ndarray, int]:
         """R(x) of every sample, as suggested by the model of that moment, and the steps trained.

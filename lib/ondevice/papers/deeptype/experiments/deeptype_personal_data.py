@@ -11,7 +11,6 @@ Stages: `load_corpus`, `train_global`, `vocabulary_reach`, `personalize`, `concl
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -135,8 +134,7 @@ class _Personal:
     def __init__(self, params: Params, corpus: Corpus, models: GlobalModels):
         self.params, self.corpus, self.models, self.task = params, corpus, models, common.task(params)
         self.trainer = protocol.personal_trainer(params, models.model, self.task)
-        change = dict(personal_optimizer=params.also_optimizer, personal_learning_rate=params.also_learning_rate)
-        also = dataclasses.replace(params, **change) if params.also_optimizer else None
+        also = protocol.validation_choice(params) if params.also_optimizer else None
         self.also = (also, protocol.personal_trainer(also, models.model, self.task)) if also else None
 
     def _score(self, test: list, vocab, swap, added: set, row: dict) -> dict:
