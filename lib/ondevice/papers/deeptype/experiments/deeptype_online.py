@@ -44,9 +44,8 @@ class Params(common.DeepTypeParams):
     online_training: str = "fine_tune"  # fine_tune: softmax only, reusing inference (the paper's online path) | full
     last_fraction: float = 0.1  # the stream's last part (the paper: last 10K of 100K samples)
     curve_points: int = 20  # cumulative top-k-eff at this many points of each stream (figure)
-    # A diagnosis beside the paper's configuration: online training again with the personal optimizer
-    # and rate the top-3-eff notebook chose on validation users (Adam 3e-4; tables/selection.csv).
-    # "" = not run. The effects stay the paper's configuration's.
+    # the validation users' choice, run beside the paper's configuration as a diagnosis (`protocol.validation_choice`,
+    # which says where it comes from); "" = not run. The effects stay the paper's configuration's.
     also_optimizer: str = "adam"
     also_learning_rate: float = 3e-4
 

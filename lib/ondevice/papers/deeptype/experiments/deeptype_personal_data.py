@@ -48,9 +48,8 @@ class Params(common.DeepTypeParams):
     dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
     personal_holdout_fraction: float = 0.0  # fixed epochs: each data fraction gets the same number
-    # A diagnosis beside the paper's configuration: the P-M 50% and 100% models trained again with the
-    # personal optimizer and rate the top-3-eff notebook chose on validation users (Adam 3e-4;
-    # tables/selection.csv). "" = not run. The effects stay the paper's configuration's.
+    # the validation users' choice, run beside the paper's configuration as a diagnosis (`protocol.validation_choice`,
+    # which says where it comes from); "" = not run. The effects stay the paper's configuration's.
     also_optimizer: str = "adam"
     also_learning_rate: float = 3e-4
 
