@@ -158,6 +158,40 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
     compressed.set_weights(first.weights)  # the cached weights fit the compressed architecture
 
 
+def test_svd_retraining_to_a_plateau_records_the_untrained_epoch_and_keeps_the_best(setup, tmp_path, monkeypatch):
+    from ondevice.training.trainer import Plateau
+
+    _, samples, config = setup
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    model, task = lstm_lm.build(config, seed=7), NextWordTask(3)
+    training = dict(epochs=4, batch_size=8, learning_rate=1e-2, optimizer="adam", clip_norm=5.0, log=lambda *_: None)
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    with pytest.raises(ValueError, match="held-out"):
+        svd.retrain_global(model, "base", 3, samples, task, rng_factory=rng, stop=Plateau(1), **training)
+    entry = svd.retrain_global(
+        model, "base", 3, samples, task, rng_factory=rng, holdout=samples, stop=Plateau(1), **training
+    )
+    history = entry.info["history"]
+    assert history[0]["epoch"] == 0 and np.isnan(history[0]["loss"])  # the compressed model, not re-trained
+    kept = entry.info["kept_epoch"]
+    compressed = svd.compress(model, 3)
+    compressed.set_weights(entry.weights)
+    held = float(np.log(task.evaluate(compressed, samples)["perplexity"]))
+    assert held == pytest.approx(history[kept]["holdout_loss"], rel=1e-5)  # the kept epoch's weights are returned
+    sweep = svd.rank_sweep(model, (0.25, 1.0), 12, task, samples)
+    full = float(np.log(task.evaluate(model, samples)["perplexity"]))
+    assert list(sweep["rank"]) == [3, 12] and sweep.holdout_loss.iloc[1] == pytest.approx(full, rel=1e-4)
+
+
+def test_global_rate_is_the_global_trainers_schedule():
+    from ondevice.papers.deeptype import common
+    from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt
+
+    params = opt.Params.for_scale("default")
+    schedule = common.global_trainer(params, lstm_lm.build(lstm_lm.LSTMConfig(40, 30, 8, 12), seed=1))[1]
+    assert [common.global_rate(params, e) for e in range(1, 10)] == [schedule(e) for e in range(1, 10)]
+
+
 def test_experiment_reuses_d3_global_models_and_cuts_samples(setup):
     from ondevice.papers.deeptype import common
     from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt

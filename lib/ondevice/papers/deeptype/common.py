@@ -369,6 +369,12 @@ def global_trainer(params: DeepTypeParams, model) -> tuple[Trainer, object]:
     return trainer, lambda epoch: params.global_learning_rate * decay ** max(0, epoch - params.global_decay_after)
 
 
+def global_rate(params: DeepTypeParams, epoch: int) -> float:
+    """The global regime's learning rate in a (1-based) epoch: constant, then decayed (PTB); the
+    schedule `global_trainer` returns (kept apart from it: its source is in the models' cache key)."""
+    return params.global_learning_rate * params.global_lr_decay ** max(0, epoch - params.global_decay_after)
+
+
 def build_model(params: DeepTypeParams, corpus: Corpus, seed: int):
     return lstm_lm.build(model_config(params, corpus), seed=streams.tf_seed(seed, "init/global"))
 

@@ -21,29 +21,36 @@ from ondevice import streams
 from ondevice.data.typing_samples import Samples
 from ondevice.device import tflite
 from ondevice.papers.deeptype import common, protocol
+from ondevice.papers.deeptype import table2 as t2m
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tables and figure)
+    LABEL,
+    NAME,
+    PAPER,
+    PAPER_TIME,
+    SIZE_CLAIMS,
+    TABLE2,
+    VARIANTS,
+    bucketing_table,
+    displayed,
+    log_timing,
+    median,
+    plot_table2,
+    table2,
+    wide,
+)
 from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import combined
 from ondevice.papers.deeptype.techniques import svd_compression as svd
-from ondevice.report import claims, facts, record
+from ondevice.report import claims, record
 from ondevice.training.trainer import StepTimer
 
-NAME = "deeptype_ondevice_opt"
-PAPER, PAPER_TIME = facts.paper(NAME), facts.paper(NAME, "time")  # time: better = the baseline's, so holds = faster
-VARIANTS = combined.VARIANTS
-TABLE2 = ("baseline", "fine_tune", "svd", "vocab", "bucketing", "combined")
-LABEL = {v: spec.label for v, spec in VARIANTS.items()}
-# Table 2 per variant, from the facts: top-k-eff, training time (h), model size (MB; None = "/")
-PAPER_VALUES = {n.quantity: n.value for n in PAPER.numbers + PAPER_TIME.numbers}
-TABLE2_QUANTITIES = ("top-k-eff", "training time (h)", "model size (MB)")
-PAPER_TABLE2 = {v: tuple(PAPER_VALUES.get(f"{q}, {LABEL[v]}") for q in TABLE2_QUANTITIES) for v in TABLE2}
 SMOKE = dict(max_test_users=2, max_personal_samples=640, seeds=1, tflite_variants=("combined",), bootstrap=500)
+SMOKE |= dict(svd_retrain_epochs=2, svd_rank_sweep=(0.1, 1.0))
 # default: three exports (~20-40 s each here); the combined one exercises every technique
 DEFAULT = dict(max_test_users=4, seeds=3, tflite_variants=("svd", "vocab", "combined"))
 # effects_table columns that carry timing measurements, renamed so they say so
 _TIMING_COLUMNS = {c: f"{c} (epoch time)" for c in ("our change", "ci low", "ci high", "sign test p", "verdict")}
 _TIMING_COLUMNS.update({"users improved": "users faster (epoch time)", "users worse": "users slower (epoch time)"})
-SIZE_CLAIMS = {"svd": "layer compression", "vocab": "vocabulary compression", "combined": "all combined"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ class Params(common.DeepTypeParams):
     personal_optimizer: str = "adam"  # from a fresh state per user (a deviation from the paper's SGD)
     personal_learning_rate: float = 3e-4  # D3's choice on the validation users at default scale
     svd_rank_fraction: float = 0.1  # t / hidden units; the paper's 40 / 400
-    svd_retrain_epochs: int = 1  # re-training of the compressed global model on the crowd
+    svd_retrain_epochs: int = 13  # a cap: the compressed global model re-trains to the global plateau rule
+    svd_rank_sweep: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)  # rank fractions measured, not trained
     buckets: tuple[int, ...] = (5, 10, 20, 30)
     fixed_length: int = 30
     warmup_steps: int = 5  # steps excluded from the steady-state step time
@@ -74,6 +82,12 @@ class Params(common.DeepTypeParams):
         for name in ("personal_epochs", "fixed_length"):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
         self.require(0 < self.svd_rank_fraction <= 1, "svd_rank_fraction", "must be in (0, 1]")
+        sweep_ok = all(0 < f <= 1 for f in self.svd_rank_sweep) and 1.0 in self.svd_rank_sweep
+        self.require(
+            sweep_ok and self.svd_rank_fraction in self.svd_rank_sweep,
+            "svd_rank_sweep",
+            "needs 1.0 and svd_rank_fraction, each in (0, 1]",
+        )
         bucket_ok = len(self.buckets) >= 1 and list(self.buckets) == sorted(set(self.buckets)) and self.buckets[0] >= 1
         self.require(bucket_ok, "buckets", "must be increasing positive lengths")
         self.require(set(self.tflite_variants) <= set(VARIANTS), "tflite_variants", f"must be among {list(VARIANTS)}")
@@ -102,7 +116,14 @@ def first_samples(samples: Samples, n: int) -> Samples:
 
 def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd.Compressed:
     """SVD layer compression of every seed's global model, then re-training on the crowd (Sec. 5.1)."""
-    return svd.compress_globals(models, params, corpus.crowd_samples, log)
+    return svd.compress_globals(models, params, corpus, log)
+
+
+def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
+    """The first seed's global model factored at each of `svd_rank_sweep`, its held-out loss."""
+    models.model.set_weights(models.weights[params.seed])
+    args = (params.svd_rank_sweep, params.hidden_units, common.global_task(params), corpus.holdout_samples)
+    return svd.rank_sweep(models.model, *args)
 
 
 class Personal:
@@ -177,73 +198,33 @@ def runs_table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _wide(runs: pd.DataFrame, variant: str, column: str) -> np.ndarray:
-    """(seeds, users) array of one variant's column."""
-    return runs[runs.variant == variant].pivot(index="seed", columns="user", values=column).to_numpy()
-
-
-def _median(runs: pd.DataFrame, variant: str, column: str) -> np.ndarray:  # per seed, over users
-    return np.median(_wide(runs, variant, column), axis=1)
-
-
-def table2(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table 2 beside ours: medians over users, means over seeds (time ratio: baseline / variant)."""
-    eff, size = {v: _median(runs, v, "top_k_eff") for v in VARIANTS}, {v: _median(runs, v, "size_mb") for v in VARIANTS}
-    epoch = {v: _wide(runs, v, "epoch_time_seconds") for v in VARIANTS}
-    t = pd.DataFrame({"variant": list(VARIANTS), "label": [LABEL[v] for v in VARIANTS]})
-    t["top_k_eff"] = [eff[v].mean() for v in VARIANTS]
-    t["top_k_eff_change"] = [(eff[v] / eff["baseline"] - 1).mean() for v in VARIANTS]
-    t["size_mb"] = [size[v].mean() for v in VARIANTS]
-    t["size_change"] = [(size[v] / size["baseline"] - 1).mean() for v in VARIANTS]
-    t["padded_fraction"] = [runs[runs.variant == v].padded_fraction.mean() for v in VARIANTS]
-    t["steps_per_user"] = [runs[runs.variant == v].steps.mean() for v in VARIANTS]
-    t["time_ratio_to_baseline"] = [np.median(epoch["baseline"] / epoch[v], axis=1).mean() for v in VARIANTS]
-    paper = pd.DataFrame([PAPER_TABLE2.get(v, (None,) * 3) for v in VARIANTS], dtype=float).to_numpy().T
-    (p_eff, p_hours, p_size), (base_eff, base_hours, base_size) = paper, PAPER_TABLE2["baseline"]
-    t["paper_top_k_eff"], t["paper_top_k_eff_change"] = p_eff, p_eff / base_eff - 1
-    t["paper_size_mb"], t["paper_size_change"] = p_size, p_size / base_size - 1
-    t["paper_training_time_h"], t["paper_time_ratio_to_baseline"] = p_hours, base_hours / p_hours
-    return t
-
-
-def bucketing_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The batch sources of Sec. 5.3 side by side: padding, steps, time ratio to fixed length."""
-    fixed, rows = _wide(runs, "fixed_length", "epoch_time_seconds"), []
-    for v in ("fixed_length", "buckets_4", "baseline", "bucketing"):
-        sub, ratio = runs[runs.variant == v], fixed / _wide(runs, v, "epoch_time_seconds")
-        label = LABEL[v] if v != "baseline" else "windows of 50 batches (baseline)"
-        rows.append((label, sub.padded_fraction.mean(), sub.steps.mean(), np.median(ratio, axis=1).mean()))
-    columns = ["batch source", "padded_fraction", "steps_per_user", "time_ratio_to_fixed_length"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def displayed(table: pd.DataFrame) -> pd.DataFrame:
-    """A table without its timing columns (their values differ run to run; they are saved)."""
-    return table[[c for c in table.columns if not any(w in c.lower() for w in ("time", "second"))]]
-
-
-def conclude(params, corpus, models, compressed, rows, on_device_table, files, wall_time_s) -> record.Result:
+def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, files, wall_time_s) -> record.Result:
     runs = runs_table(rows)
-    t2, base_eff, base_size = table2(runs), _median(runs, "baseline", "top_k_eff"), _median(runs, "baseline", "size_mb")
+    t2, base_eff, base_size = table2(runs), median(runs, "baseline", "top_k_eff"), median(runs, "baseline", "size_mb")
     per_seed = {"top-k-eff, personal model (baseline)": base_eff}
-    per_seed["top-k-eff change, all combined"] = _median(runs, "combined", "top_k_eff") / base_eff - 1
-    per_seed |= {f"model size change, {n}": _median(runs, v, "size_mb") / base_size - 1 for v, n in SIZE_CLAIMS.items()}
+    per_seed["top-k-eff change, all combined"] = median(runs, "combined", "top_k_eff") / base_eff - 1
+    per_seed |= {f"model size change, {n}": median(runs, v, "size_mb") / base_size - 1 for v, n in SIZE_CLAIMS.items()}
     headline = {q: claims.headline(list(map(float, v))) for q, v in per_seed.items()}
     ours = {q: h["value"] for q, h in headline.items()}
     for v in TABLE2:
-        ours[f"top-k-eff, {LABEL[v]}"] = float(_median(runs, v, "top_k_eff").mean())
-        ours[f"model size (MB), {LABEL[v]}"] = float(_median(runs, v, "size_mb").mean())
-    size, eff = (lambda v: _wide(runs, v, "size_mb")), (lambda v: _wide(runs, v, "top_k_eff"))
+        ours[f"top-k-eff, {LABEL[v]}"] = float(median(runs, v, "top_k_eff").mean())
+        ours[f"model size (MB), {LABEL[v]}"] = float(median(runs, v, "size_mb").mean())
+    size, eff = (lambda v: wide(runs, v, "size_mb")), (lambda v: wide(runs, v, "top_k_eff"))
     measured = {f"{n} shrinks the model": (size("baseline"), size(v)) for v, n in SIZE_CLAIMS.items()}
     measured |= {f"{LABEL[v]} keeps top-k-eff": (eff(v), eff("baseline")) for v in ("fine_tune", "bucketing")}
     measured |= {f"{n} costs top-k-eff": (eff("baseline"), eff(v)) for v, n in SIZE_CLAIMS.items()}
-    rng, epoch = (lambda name: streams.rng(params.seed, name)), (lambda v: _wide(runs, v, "epoch_time_seconds"))
-    effects = claims.effects_table(PAPER, measured, rng("bootstrap"), n_boot=params.bootstrap)
+    rng, epoch = (lambda name: streams.rng(params.seed, name)), (lambda v: wide(runs, v, "epoch_time_seconds"))
+    models.model.set_weights(models.weights[params.seed])
+    causes = t2m.causes(runs, t2m.softmax_share(models.model), compressed, sweep, compressed.rank)
+    why = t2m.diagnoses(causes, compressed.rank, params.hidden_units)
+    ours[t2m.USED_WORDS] = float(np.median(runs[runs.variant == "vocab"].output_words))
+    effects = claims.effects_table(PAPER, measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
     timing = {f"{LABEL[v]} trains faster": (epoch("baseline"), epoch(v)) for v in TABLE2[1:]}
     timing_effects = claims.effects_table(PAPER_TIME, timing, rng("bootstrap/time"), n_boot=params.bootstrap)
     tables = dict(data=corpus.table(), runs=runs, table2=t2, bucketing=bucketing_table(runs))
     tables.update(training=pd.concat([models.history(), compressed.history()]), global_model_cache=models.cache())
     tables.update(svd_model_cache=compressed.cache(), headline=claims.headline_table(headline))
+    tables.update(svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
     tables.update(paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=effects)
     tables["timing_effects"] = timing_effects.rename(columns=_TIMING_COLUMNS)
     if on_device_table is not None:
@@ -263,37 +244,7 @@ def run(params: Params, speeches=None, log=print) -> record.Result:
     start = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
     models = train_global(params, corpus, log)
-    compressed = compress_global(params, corpus, models, log)
+    compressed, sweep = compress_global(params, corpus, models, log), rank_sweep(params, corpus, models)
     rows = personalize(params, corpus, models, compressed, log)
     table, files = on_device(params, corpus, models, compressed, log)
-    return conclude(params, corpus, models, compressed, rows, table, files, time.perf_counter() - start)
-
-
-def log_timing(runs: pd.DataFrame, log=print) -> None:
-    """Median epoch times beside the paper's hours, as log lines: timing differs run to run."""
-    base, p_base = float(np.median(_wide(runs, "baseline", "epoch_time_seconds"))), PAPER_TABLE2["baseline"][1]
-    for v in VARIANTS:
-        ours, hours = float(np.median(_wide(runs, v, "epoch_time_seconds"))), PAPER_TABLE2.get(v, (0, 0))[1]
-        paper = f"paper {hours:.2f} h vs {p_base} h ({p_base / hours:.2f}x)" if hours else "paper: not in Table 2"
-        log(f"{LABEL[v]}: {paper}; ours, median epoch over users and seeds: {ours:.1f}s, baseline {base:.1f}s")
-
-
-def plot_table2(table2_df: pd.DataFrame):
-    """Table 2's three columns as panels: ours (bars) beside the paper's (black marks)."""
-    import matplotlib.pyplot as plt
-
-    t = table2_df[table2_df.variant.isin(TABLE2)].reset_index(drop=True)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    titles = ("speed-up over baseline (x)", "model size change", "top-k-eff change")
-    y = np.arange(len(t))
-    for ax, ours, title in zip(axes, ("time_ratio_to_baseline", "size_change", "top_k_eff_change"), titles):
-        ax.barh(y, t[ours], color="#d1495b", label="ours")
-        paper = pd.to_numeric(t[f"paper_{ours}"], errors="coerce")
-        ax.scatter(paper, y, color="black", marker="|", s=250, label="paper", zorder=3)
-        ax.set_yticks(y, t.label if ax is axes[0] else [""] * len(t))
-        ax.set_title(title)
-        ax.invert_yaxis()
-    axes[0].axvline(1, color="0.6", lw=1, ls="--")
-    axes[0].legend(frameon=False, loc="lower right")
-    fig.tight_layout()
-    return fig
+    return conclude(params, corpus, models, compressed, sweep, rows, table, files, time.perf_counter() - start)

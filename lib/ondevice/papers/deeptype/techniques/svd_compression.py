@@ -5,7 +5,8 @@ W ~ (U_t S_t) V_t^T, i.e. two Dense layers: `softmax_svd` (M -> t, no bias) init
 U_t S_t and `softmax` (t -> V, with the original bias) initialised with V_t^T. Parameters and
 multiply-adds of the layer drop from M V to t (M + V). The paper keeps 10% of the singular values
 (400 -> 40) and then re-trains the compressed global model in the cloud before it is sent to
-phones; `retrain_global` does that on the crowd, once per machine (model cache).
+phones; `retrain_global` does that on the crowd, to a plateau on held-out text, once per machine
+(model cache). `rank_sweep` measures how many singular values a model needs.
 
 The output layer keeps the name `softmax`, so fine-tune training (`fine_tune.FineTune`) and
 vocabulary compression (`vocab_compression`) act on the compressed model unchanged: they
@@ -22,7 +23,7 @@ import pandas as pd
 import tf_keras as keras
 
 from ondevice.training import model_cache
-from ondevice.training.trainer import Trainer
+from ondevice.training.trainer import Plateau, Trainer
 
 SOFTMAX = "softmax"
 PROJECTION = "softmax_svd"
@@ -73,25 +74,53 @@ def rank_for(hidden_units: int, fraction: float) -> int:
 
 
 def retrain_global(
-    model: keras.Model, base_key: str, rank: int, crowd, task, *, rng_factory: Callable, log=print, **training
+    model: keras.Model,
+    base_key: str,
+    rank: int,
+    crowd,
+    task,
+    *,
+    rng_factory: Callable,
+    holdout=None,
+    stop: Plateau | None = None,
+    log=print,
+    **training,
 ) -> model_cache.Entry:
     """Compress the (global) `model` at `rank`, re-train it on the crowd (`training`: epochs,
-    batch_size, learning_rate, optimizer), cached: the key holds the base model's key, the rank,
-    `training`, the task's loss, the crowd's digest and the code. `rng_factory()` gives the batch order (called only
-    when training). Returns the entry; its weights fit `compress(model, rank)`."""
+    batch_size, learning_rate, optimizer, clip_norm), cached: the key holds the base model's key,
+    the rank, `training`, the stop rule, the task's loss, the data's digests and the code. With
+    `holdout` and `stop`, `epochs` is a cap: re-training ends on the held-out loss's plateau and
+    keeps that epoch's weights; epoch 0 of the history is the compressed model before any
+    re-training. `rng_factory()` gives the batch order (called only when training). Returns the
+    entry; its weights fit `compress(model, rank)`."""
     epochs, batch_size, learning_rate, optimizer, clip_norm = (training[k] for k in TRAINING)
+    if stop is not None and holdout is None:
+        raise ValueError("a stop rule needs held-out text")
 
     def train():
         compressed = compress(model, rank)
         trainer = Trainer(compressed, task, learning_rate, optimizer, clip_norm=clip_norm)
         label = f"SVD t={rank} re-training"
-        history = trainer.fit(crowd, epochs, batch_size, rng_factory(), log, label) if epochs else []
-        return compressed.get_weights(), {"history": history}
+        held = (lambda m: {"holdout_loss": float(np.log(task.evaluate(m, holdout)["perplexity"]))}) if holdout else None
+        args = (epochs, batch_size, rng_factory(), log, label, held, stop, held is not None)
+        history = trainer.fit(crowd, *args) if epochs else []
+        return compressed.get_weights(), {"history": list(history), "kept_epoch": getattr(history, "best_epoch", None)}
 
     fields = {"base_key": base_key, "rank": rank, **{k: training[k] for k in TRAINING}, "k": getattr(task, "k", None)}
-    fields["loss_per"] = getattr(task, "loss_per", "position")
-    name, data = "deeptype_global_svd", [crowd.digest()]
+    fields.update(loss_per=getattr(task, "loss_per", "position"), stop=repr(stop))
+    name, data = "deeptype_global_svd", [crowd.digest()] + ([holdout.digest()] if holdout else [])
     return model_cache.cached_train(name, fields, data, RETRAIN_CODE, train, log, sources=(retrain_global,))
+
+
+def rank_sweep(model: keras.Model, fractions, hidden_units: int, task, holdout) -> pd.DataFrame:
+    """The held-out loss of `model` factored at several ranks, without re-training: how much of the
+    softmax's spectrum the model needs (the paper found 10% enough for its 400 x 20K softmax)."""
+    rows = []
+    for fraction in fractions:
+        rank = rank_for(hidden_units, fraction)
+        loss = float(np.log(task.evaluate(compress(model, rank), holdout)["perplexity"]))
+        rows.append({"rank_fraction": fraction, "rank": rank, "holdout_loss": loss})
+    return pd.DataFrame(rows)
 
 
 @dataclass
@@ -104,8 +133,14 @@ class Compressed:
     entries: dict
 
     def cache(self) -> pd.DataFrame:
-        rows = [(s, self.rank, e.hit, e.info["train_seconds"], e.key[:16]) for s, e in self.entries.items()]
-        return pd.DataFrame(rows, columns=["seed", "rank", "from_cache", "train_seconds", "key"])
+        """Per seed: the rank, cache hit, re-training rate, epochs run and kept, seconds, key."""
+        rows = [
+            {"seed": s, "rank": self.rank, "from_cache": e.hit, "learning_rate": e.info["fields"]["learning_rate"]}
+            | {"epochs": max(0, len(e.info["history"]) - 1), "kept_epoch": e.info.get("kept_epoch")}
+            | {"train_seconds": e.info["train_seconds"], "key": e.key[:16]}
+            for s, e in self.entries.items()
+        ]
+        return pd.DataFrame(rows)
 
     def history(self) -> pd.DataFrame:
         rows = [
@@ -114,21 +149,25 @@ class Compressed:
         return pd.DataFrame(rows)
 
 
-def compress_globals(models, params, crowd, log=print) -> Compressed:
+def compress_globals(models, params, corpus, log=print) -> Compressed:
     """`retrain_global` for every seed's global model (`common.GlobalModels`) at `params.svd_rank`,
-    re-trained as the global models are (global batch size, rate and optimizer)."""
+    in the global regime (batch, optimizer, clipping, plateau rule on the held-out global text) at
+    the learning rate the global model's kept epoch trained with: re-training continues its
+    schedule rather than restarting it, up to `svd_retrain_epochs`."""
     from ondevice import streams
     from ondevice.papers.deeptype import common
 
-    training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size)
-    training.update(
-        learning_rate=params.global_learning_rate, optimizer=params.optimizer, clip_norm=params.global_clip_norm
-    )
-    entries = {}
+    entries, stop = {}, Plateau(params.global_patience, params.global_min_improvement)
     for seed in params.seed_list:
+        base = models.entries[seed]
+        rate = common.global_rate(params, common.kept_epoch(base.info) or 1)
+        training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size, learning_rate=rate)
+        training.update(optimizer=params.optimizer, clip_norm=params.global_clip_norm)
         models.model.set_weights(models.weights[seed])
         rng = lambda s=seed: streams.rng(s, "batches/svd_retrain")  # noqa: E731
-        args = (models.model, models.entries[seed].key, params.svd_rank, crowd, common.global_task(params))
-        entries[seed] = retrain_global(*args, rng_factory=rng, log=log, **training)
+        args = (models.model, base.key, params.svd_rank, corpus.crowd_samples, common.global_task(params))
+        entries[seed] = retrain_global(
+            *args, rng_factory=rng, holdout=corpus.holdout_samples, stop=stop, log=log, **training
+        )
     shape = compress(models.model, params.svd_rank)
     return Compressed(shape, params.svd_rank, {s: e.weights for s, e in entries.items()}, entries)
