@@ -4,11 +4,15 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
+from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
+from ondevice.models import lstm_lm
+from ondevice.papers.autlearn import common, protocol
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.params import ParameterError
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.training.trainer import Trainer
+from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.trainer import Plateau, Trainer
 
 
 def _model():
@@ -112,3 +116,83 @@ def test_fedavg_setting_per_kind():
     p = exp.Params.for_scale("default")
     assert p.fedavg_setting("text") == (p.fedavg_rounds, p.fedavg_clients)
     assert p.fedavg_setting("image") == (p.image_fedavg_rounds, p.image_fedavg_clients)
+
+
+# ---- FedAvg and CloudTrain to convergence -----------------------------------------------------------
+
+
+class Scripted:
+    """An `evaluate` that returns the given held-out losses in turn and remembers the weights it scored."""
+
+    def __init__(self, losses):
+        self.losses, self.scored = list(losses), []
+
+    def __call__(self, model):
+        self.scored.append(model.get_weights())
+        return {"holdout_loss": self.losses[len(self.scored) - 1]}
+
+
+def _federation(rounds, losses, patience, evaluate_every=1):
+    model = _model()
+    trainer = Trainer(model, ClassificationTask((5,), 3), 0.5, "sgd")
+    evaluate, stop = Scripted(losses), Plateau(patience, 0.0)
+    rule = dict(evaluate=evaluate, stop=stop, evaluate_every=evaluate_every)
+    weights, history = fedavg(trainer, model.get_weights(), _clients([6, 6, 6, 6]), rounds, 2, 1, 3, seed=0, **rule)
+    return model, weights, history, evaluate
+
+
+def test_fedavg_stops_at_the_plateau_and_keeps_the_best_rounds_weights():
+    # rounds 1, 2 improve; 3 and 4 do not: patience 2 ends round 4 of at most 10, round 2 is kept
+    model, weights, history, evaluate = _federation(10, [1.0, 0.8, 0.9, 0.85], patience=2)
+    assert [r["round"] for r in history] == [1, 2, 3, 4]
+    assert [r["holdout_loss"] for r in history] == [1.0, 0.8, 0.9, 0.85]
+    assert history.best_round == 2 and history.plateau
+    for kept, returned, left in zip(evaluate.scored[1], weights, model.get_weights()):
+        np.testing.assert_array_equal(returned, kept)
+        np.testing.assert_array_equal(left, kept)
+    assert any(not np.array_equal(k, last) for k, last in zip(evaluate.scored[1], evaluate.scored[3]))
+
+
+def test_fedavg_counts_patience_in_evaluations_and_scores_the_last_round():
+    # scored after rounds 2, 4, 6 and 7 (the cap); patience 2 is reached at round 7 only
+    _, _, history, evaluate = _federation(7, [1.0, 0.9, 0.95, 0.92], patience=2, evaluate_every=2)
+    assert [r["round"] for r in history if "holdout_loss" in r] == [2, 4, 6, 7]
+    assert len(history) == 7 and history.best_round == 4 and history.plateau
+    # still improving at the cap: the cap ends it, the last round is kept
+    _, _, capped, _ = _federation(3, [1.0, 0.9, 0.8], patience=2)
+    assert len(capped) == 3 and capped.best_round == 3 and not capped.plateau
+
+
+def test_fedavg_stop_needs_evaluate():
+    model = _model()
+    trainer = Trainer(model, ClassificationTask((5,), 3), 0.5, "sgd")
+    with pytest.raises(ValueError, match="stop needs evaluate"):
+        fedavg(trainer, model.get_weights(), _clients([4, 4]), 3, 1, 1, 4, seed=0, stop=Plateau(2))
+
+
+def test_converge_fedavg_scores_the_start_and_about_an_epoch_between_evaluations():
+    model = _model()
+    trainer = Trainer(model, ClassificationTask((5,), 3), 0.5, "sgd")
+    clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round: every ceil(5 / 2) = 3 rounds
+    evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])
+    start = model.get_weights()
+    curve = protocol.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
+    scored = [p["step"] for p in curve if not np.isnan(p["holdout_loss"])]
+    assert scored == [0, 3, 6, 9, 12] and [p["step"] for p in curve if p["kept"]] == [6]
+    assert all(np.array_equal(a, b) for a, b in zip(evaluate.scored[0], start))  # round 0: the start
+    assert curve[0]["examples_seen"] == 0 and curve[3]["examples_seen"] == 3 * 2 * 6
+    assert curve[3]["epochs_seen"] == 36 / 30 and {p["ended_by"] for p in curve} == {"plateau"}
+
+
+def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation_users():
+    text = ["the king is here. the queen is there.", "a king and a queen! where is the king?", "here is a fool."]
+    sents = [sentences(t) for t in text]
+    vocab = Vocabulary.from_sentences([s for part in sents for s in part], 12)
+    samples = [build_samples(part, vocab, 2) for part in sents]
+    validation = common.Validation(("a", "b"), {"a": samples[0], "b": samples[1]}, {"a": samples[2], "b": samples[2]})
+    model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 4, 4, 1), seed=0)
+    loss = protocol.holdout_loss("text", validation)(model)["holdout_loss"]
+    pooled = build_samples(sents[0] + sents[2] + sents[1] + sents[2], vocab, 2)
+    assert loss == pytest.approx(np.log(NextWordTask().evaluate(model, pooled)["perplexity"]), rel=1e-5)
+    with pytest.raises(ValueError, match="validation users"):
+        protocol.holdout_loss("text", common.Validation((), {}, {}))

@@ -13,6 +13,7 @@ bucketing [23]; Sec. 3.5: the inference-training cache; Sec. 3.2: SVD-based comp
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -24,19 +25,20 @@ import tf_keras as keras
 
 from ondevice import streams
 from ondevice.data import femnist
-from ondevice.data.typing_samples import Samples, build_samples
+from ondevice.data.typing_samples import Samples, batch_indices, build_samples
 from ondevice.models import mobilenet_v1
 from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES, image_features
 from ondevice.papers.autlearn.techniques import compiler, magnitude_pruning, pruning
+from ondevice.papers.autlearn.techniques.fedavg import fedavg
 from ondevice.papers.deeptype.techniques import svd_compression
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 from ondevice.tasks.classification import ClassificationTask
-from ondevice.tasks.next_word import NextWordTask, position_scores
+from ondevice.tasks.next_word import NextWordTask, masked_cross_entropy, position_scores
 from ondevice.training import selection
-from ondevice.training.trainer import Trainer
+from ondevice.training.trainer import Plateau, Trainer
 
 
 class Setting(NamedTuple):
@@ -147,6 +149,95 @@ def choose_rates(params, text, images, pre: dict[str, common.Pretrained], log=pr
         params, table = choose_rate(params, kind, data, pre[kind], log)
         tables.append(table)
     return params, pd.concat(tables, ignore_index=True)
+
+
+# ---- the cloud baselines trained to convergence (autlearn_accuracy: CloudTrain, FedAvg) ---------
+
+
+def holdout_loss(kind: str, validation: common.Validation):
+    """The cloud baselines' stopping criterion: model -> {"holdout_loss": mean cross-entropy} over
+    all of the validation users' data, both parts (LSTM: per labelled position, as its training
+    loss; MobileNet: per image). Validation users are neither pooled by CloudTrain nor FedAvg
+    clients, so both parts are held out, and both (5x the later part's words, 10x its images) make
+    a loss compared at a 0.5% threshold steadier; no test user's data enters it. It measures what a
+    model without per-user training is for: users it has not seen."""
+    if not validation.users:
+        raise ValueError("the stopping rule needs validation users (validation_users >= 1)")
+    parts = [part[u] for u in validation.users for part in (validation.train, validation.test)]
+    if kind == "image":
+        pooled = tuple(np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        return lambda model: {"holdout_loss": common.image_task().evaluate(model, pooled)["loss"]}
+
+    batches = [samples.padded(idx) for samples in parts for idx in batch_indices(samples, 256, None)]
+    spec = [tf.TensorSpec([None, None], tf.int32)] * 2
+    compiled = {}  # per model: one graph for every batch shape (eager LSTM calls are several times slower)
+
+    def text_loss(model) -> dict:
+        if id(model) not in compiled:
+            compiled[id(model)] = tf.function(lambda x, y: masked_cross_entropy(y, model(x, training=False)), spec)
+        sums = np.array([[float(v) for v in compiled[id(model)](x, y)] for x, y in batches])
+        return {"holdout_loss": float(sums[:, 0].sum() / sums[:, 1].sum())}
+
+    return text_loss
+
+
+def _point(step: int, examples: int, total: int, train_loss: float, row: dict) -> dict:
+    seen = dict(examples_seen=int(examples), epochs_seen=examples / total)
+    return dict(step=step, **seen, train_loss=train_loss, holdout_loss=row.get("holdout_loss", np.nan))
+
+
+def _ended(points: list[dict], unit: str, kept: int, plateau: bool, cap: int) -> list[dict]:
+    """The curve's rows, each saying which one was kept and whether the plateau or the cap ended it."""
+    ending = dict(unit=unit, ended_by="plateau" if plateau else "cap", cap=cap)
+    return [p | ending | {"kept": p["step"] == kept} for p in points]
+
+
+def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng, evaluate, stop, log, label: str):
+    """CloudTrain to convergence: `Trainer.fit` on the pooled data from the trainer's weights, the
+    start scored first (epoch 0), at most `max_epochs`, ending at `stop`'s plateau of `evaluate`
+    and leaving the kept epoch's weights in the model. Its curve: a row per epoch."""
+    total = trainer.task.size(data)
+    history = trainer.fit(data, max_epochs, batch_size, rng, log, label, evaluate, stop, evaluate_first=True)
+    points = [_point(r["epoch"], r["epoch"] * total, total, r["loss"], r) for r in history]
+    return _ended(points, "epoch", history.best_epoch, history.plateau, max_epochs)
+
+
+def converge_fedavg(
+    trainer: Trainer,
+    start,
+    clients: dict,
+    cap: int,
+    per_round: int,
+    local: int,
+    batch_size: int,
+    seed: int,
+    *,
+    evaluate,
+    stop: Plateau,
+    evaluate_every: int = 0,
+    log=None,
+):
+    """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
+    ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: about one
+    epoch-equivalent, ceil(clients / (per_round x local)) rounds, so that a patience means as much
+    data as CloudTrain's epochs). Its curve: a row per round (held-out loss NaN between evaluations)."""
+    total = sum(trainer.task.size(c) for c in clients.values())
+    every = evaluate_every or math.ceil(len(clients) / (per_round * local))
+    trainer.reset(start)
+    first = _point(0, 0, total, np.nan, evaluate(trainer.model))
+    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every)
+    _, rounds = fedavg(trainer, start, clients, cap, per_round, local, batch_size, seed, **rule)
+    seen = np.cumsum([r["examples"] * local for r in rounds])
+    points = [first] + [_point(r["round"], n, total, r["client_loss"], r) for r, n in zip(rounds, seen)]
+    return _ended(points, "round", rounds.best_round, rounds.plateau, cap)
+
+
+def scratch_weights(params, kind: str, data, seed: int) -> list[np.ndarray]:
+    """Random initial weights of the same model (the cloud baselines with cloud_init = "scratch")."""
+    if kind == "text":
+        return common.text_model(params, data, seed).get_weights()
+    init = streams.tf_seed(seed, "init/autlearn-head")
+    return mobilenet_v1.build(None, params.mobilenet_alpha, params.image_size, femnist.CLASSES, seed=init).get_weights()
 
 
 def augmented_steps(params, kind: str, data, pre: common.Pretrained, augment, unit: str, log) -> pd.DataFrame:

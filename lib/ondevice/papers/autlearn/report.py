@@ -80,6 +80,40 @@ def rate_notes(params, text, images) -> dict:
     }
 
 
+def accuracy_summary(users: pd.DataFrame, methods: tuple[str, ...], rng, n_boot: int) -> pd.DataFrame:
+    """autlearn_accuracy: per model and method, the mean top-1 over users (mean over seeds) with a
+    95% bootstrap interval over users, the median, and the text model's top-k-eff."""
+    out = []
+    for kind, model in MODEL_NAMES.items():
+        for method in methods:
+            m = wide(users, "top1", kind=kind, method=method)  # (seeds, users)
+            if not m.size:
+                continue
+            per_user = m.mean(axis=0)
+            boot = per_user[rng.integers(0, len(per_user), (n_boot, len(per_user)))].mean(axis=1)
+            ci = [float(q) for q in np.quantile(boot, [0.025, 0.975])]
+            row = dict(model=model, method=method, users=m.shape[1], seeds=m.shape[0], top1_mean=float(per_user.mean()))
+            row |= dict(top1_ci_low=ci[0], top1_ci_high=ci[1], top1_median=float(np.median(per_user)))
+            if kind == "text":
+                row["top_k_eff_mean"] = float(wide(users, "top_k_eff", kind=kind, method=method).mean())
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def stopping_table(training: pd.DataFrame) -> pd.DataFrame:
+    """autlearn_accuracy: per model, method and seed, where training to convergence stopped: the
+    kept epoch or round with its held-out loss and the examples it had seen, the epochs or rounds
+    run and their cap, what ended them (the plateau or the cap) and every example seen."""
+    rows = []
+    for (model, method, seed), g in training.groupby(["model", "method", "seed"], sort=False):
+        kept = g[g.kept].iloc[0]
+        row = dict(model=model, method=method, seed=seed, unit=kept.unit, kept=int(kept.step))
+        row |= dict(kept_holdout_loss=kept.holdout_loss, kept_examples_seen=int(kept.examples_seen))
+        row |= dict(kept_epochs_seen=kept.epochs_seen, run=int(g.step.max()), cap=int(kept.cap), ended_by=kept.ended_by)
+        rows.append(row | dict(examples_seen=int(g.examples_seen.max()), epochs_seen=g.epochs_seen.max()))
+    return pd.DataFrame(rows)
+
+
 def augment_online_summary(augmented: pd.DataFrame, online: pd.DataFrame) -> pd.DataFrame:
     """autlearn_augment_online: median and mean top-1 per model and condition."""
     stats = lambda table, by, value: table.groupby(["model", by])[value].agg(["median", "mean", "count"]).reset_index()
@@ -284,16 +318,22 @@ def plot_methods(users: pd.DataFrame, methods: tuple[str, ...]):
 
 
 def plot_training(training: pd.DataFrame):
-    """CloudTrain's loss per epoch and FedAvg's mean client loss per round."""
+    """autlearn_accuracy: the stopping rule's curves, per model: CloudTrain's and FedAvg's loss on the
+    validation users against the examples seen (in epochs of the pooled training data), each kept
+    epoch or round ringed."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-    for ax, (kind, model) in zip(axes, MODEL_NAMES.items()):
-        d = training[training.kind == kind]
-        sns.lineplot(data=d, x="step", y="loss", hue="method", style="seed", marker="o", ax=ax)
-        xlabel = "epoch (CloudTrain) or round (FedAvg)"
-        ax.set(title=f"{model}: cloud epochs / FedAvg rounds", xlabel=xlabel, ylabel="training loss")
+    scored = training.dropna(subset=["holdout_loss"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, model in zip(axes, MODEL_NAMES.values()):
+        d = scored[scored.model == model]
+        style = "seed" if d.seed.nunique() > 1 else None
+        sns.lineplot(data=d, x="epochs_seen", y="holdout_loss", hue="method", style=style, marker="o", ax=ax)
+        kept = d[d.kept]
+        ax.scatter(kept.epochs_seen, kept.holdout_loss, s=140, facecolors="none", edgecolors="k", label="kept")
+        xlabel = "examples seen (epochs of the pooled training data)"
+        ax.set(title=f"{model}: the stopping rule's curves", xlabel=xlabel, ylabel="loss on validation users")
         ax.legend(frameon=False, fontsize=8)
     return _finish(fig)
 

@@ -5,11 +5,14 @@ writers), every method on the same per-user splits.
 - AutLearn: the public pre-trained model; on each device the last layer only trains on that
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
-  data pooled; no per-user model.
+  data pooled, to convergence (`protocol.converge_cloud`); no per-user model.
 - CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user.
-- FedAvg: from the public pre-trained model, all layers, `fedavg_rounds` rounds of
-  `fedavg_clients` users training `fedavg_local_epochs` locally (`techniques.fedavg`).
+- FedAvg: from the public pre-trained model, all layers, rounds of `fedavg_clients` users training
+  `fedavg_local_epochs` locally (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`).
 - and, for reference, the public pre-trained model itself (no user data at all).
+
+The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
+the validation users (`protocol.holdout_loss`); the presets' epochs and rounds are caps only.
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
@@ -30,13 +33,10 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.device import tflite
-from ondevice.models import mobilenet_v1
 from ondevice.papers.autlearn import common, protocol, report
-from ondevice.papers.autlearn.report import plot_training  # noqa: F401  (the notebook's figure)
-from ondevice.papers.autlearn.techniques.fedavg import fedavg
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.report import claims, facts, record
-from ondevice.training.trainer import Trainer, seed_everything
+from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 NAME = "autlearn_accuracy"
 PRE, AUT, CLOUD, CUSTOM, FED = "pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"
@@ -58,34 +58,45 @@ def kind_method(quantity: str) -> tuple[str, str]:
 class Params(common.AutLearnParams):
     # CloudTrain (and the cloud part of CloudCustomize): every layer, pooled users' training data
     cloud_init: str = "public"  # public: from the public pre-trained model | scratch: random weights
-    text_cloud_epochs: int = 3
+    text_cloud_epochs: int = 10  # at most: training ends at the plateau below
     text_cloud_batch_size: int = 64
     text_cloud_learning_rate: float = 0.001  # Adam
-    image_cloud_epochs: int = 3
+    image_cloud_epochs: int = 15  # at most
     image_cloud_batch_size: int = 32
     image_cloud_learning_rate: float = 0.0005  # Adam
     # FedAvg: same optimizer and rate as CloudTrain on each client (fresh state per client and round)
-    fedavg_rounds: int = 12
+    fedavg_rounds: int = 45  # at most
     fedavg_clients: int = 5  # clients per round
     fedavg_local_epochs: int = 1
     image_fedavg_rounds: int = 0  # 0 = fedavg_rounds
     image_fedavg_clients: int = 0  # 0 = fedavg_clients
+    # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
+    # in a row of the loss on all data of the validation users none `stop_min_delta` (relative) below
+    # the reference, keeping the lowest (as the LSTM's pre-training). CloudTrain: every epoch,
+    # patience 2; FedAvg: about every epoch-equivalent, patience 3, as a round's global model depends
+    # on the clients drawn (the extra evaluation can only train FedAvg longer).
+    stop_min_delta: float = 0.005
+    cloud_patience: int = 2
+    fedavg_patience: int = 3
+    fedavg_evaluate_every: int = 0  # rounds between evaluations; 0 = about one epoch-equivalent
     seeds: int = 1  # repeats of all training (seed, seed+1, ...); data and users use `seed`
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
-    # default: 12 of the 137 top-10% Shakespeare roles (CPU budget) and 99 of the 105 FEMNIST writers
-    # of the mirror (6 of each are validation users). FedAvg sees about as many examples as
-    # CloudTrain: rounds x clients x local epochs / users = cloud epochs (text 6 x 4 / 12 = 2;
-    # images 20 x 10 / 99 = 2.0).
+    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6
+    # of each validate). Caps in epochs (FedAvg: rounds x clients / users): LSTM CloudTrain 10, FedAvg
+    # 45 x 4 / 12 = 15; MobileNet 15 and 250 x 10 / 99 = 25. Alone on 2 cores an epoch takes 25 s
+    # (LSTM) or 17 s (MobileNet; FedAvg ~20 s), a held-out loss 4 s or 1 s: at most 300 + 460 s and
+    # 270 + 530 s, the notebook 36 min instead of 13; about 28 with plateaus at 6 and 10 epochs
+    # (CloudTrain), 10 and 20 (FedAvg).
     PRESETS = common.presets(
         {
-            "smoke": dict(text_cloud_epochs=1, image_cloud_epochs=2, image_cloud_learning_rate=0.002, bootstrap=300)
-            | dict(fedavg_rounds=2, fedavg_clients=2),
-            "default": dict(text_cloud_epochs=2, image_cloud_epochs=2, fedavg_rounds=6, fedavg_clients=4)
-            | dict(image_fedavg_rounds=20, image_fedavg_clients=10),
-            "paper": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=10, fedavg_rounds=100, fedavg_clients=10)
-            | dict(image_fedavg_rounds=100, image_fedavg_clients=30),
+            "smoke": dict(text_cloud_epochs=2, image_cloud_epochs=2, image_cloud_learning_rate=0.002, bootstrap=300)
+            | dict(fedavg_rounds=2, fedavg_clients=2, fedavg_evaluate_every=1),
+            "default": dict(text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
+            | dict(image_fedavg_rounds=250, image_fedavg_clients=10),
+            "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
+            | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
         }
     )
 
@@ -94,7 +105,9 @@ class Params(common.AutLearnParams):
         self.require(self.cloud_init in ("public", "scratch"), "cloud_init", "must be 'public' or 'scratch'")
         self.at_least(1, "text_cloud_epochs", "image_cloud_epochs", "text_cloud_batch_size", "image_cloud_batch_size")
         self.at_least(1, "fedavg_rounds", "fedavg_clients", "fedavg_local_epochs", "seeds")
-        self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "tflite_check_steps")
+        self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "tflite_check_steps", "fedavg_evaluate_every")
+        self.at_least(1, "cloud_patience", "fedavg_patience", "validation_users")  # the rule needs held-out users
+        self.between("[0, 1)", "stop_min_delta")
         for name in ("text_cloud_learning_rate", "image_cloud_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
         self.at_least(100, "bootstrap")
@@ -110,8 +123,13 @@ class Params(common.AutLearnParams):
         return self.fedavg_rounds, self.fedavg_clients
 
     def cloud(self, kind: str) -> tuple[float, int, int]:
-        """CloudTrain's (Adam) learning rate, epochs and batch size for a model kind."""
+        """CloudTrain's (Adam) learning rate, epochs (at most) and batch size for a model kind."""
         return tuple(getattr(self, f"{kind}_cloud_{f}") for f in ("learning_rate", "epochs", "batch_size"))
+
+    def plateau(self, method: str) -> Plateau:
+        """CloudTrain's or FedAvg's stopping rule (patience in evaluations)."""
+        patience = self.cloud_patience if method == CLOUD else self.fedavg_patience
+        return Plateau(patience, self.stop_min_delta, keep_lowest=True)
 
 
 def load(params: Params, log=print) -> tuple[common.TextData, common.ImageData]:
@@ -149,7 +167,7 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
 
 def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], log=print):
     """Every method on every user of one kind, for every seed: one row per (seed, user, method)
-    with its scores, and the training history of CloudTrain and FedAvg."""
+    with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round)."""
     runs = [_one_seed(params, kind, data, pre[seed], seed, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
@@ -159,6 +177,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     task, (lr, epochs, batch) = protocol.task(params, kind), params.cloud(kind)
     step = protocol.PersonalTrainer(params, kind, model)
     cloud = Trainer(model, task, lr, "adam", hooks=[EqualLength()] if kind == "text" else [])
+    holdout = protocol.holdout_loss(kind, data.validation)
 
     def record_(method, users, weights=None, personal=False):
         for user in users:
@@ -175,33 +194,30 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         record_(PRE, [user], start)
         record_(AUT, [user], start, personal=True)
     log(f"{MODELS[kind]} seed {seed}: pre-trained and AutLearn scored on {len(data.users)} users")
-    # CloudTrain: all layers on the pooled training data, then CloudCustomize per user
-    cloud.reset(start if params.cloud_init == "public" else _scratch(params, kind, data, seed))
+
+    def curve(method, points):
+        kept = next(p for p in points if p["kept"])
+        history.extend(dict(kind=kind, model=MODELS[kind], seed=seed, method=method) | p for p in points)
+        unit, ran, end = kept["unit"], len(points) - 1, kept["ended_by"]
+        log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
+
+    # CloudTrain: all layers on the pooled training data to the plateau, then CloudCustomize per user
+    cloud.reset(start if params.cloud_init == "public" else protocol.scratch_weights(params, kind, data, seed))
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODELS[kind]}"
-    fit = cloud.fit(data.pooled_train(), epochs, batch, rng, log, label)
-    history += [dict(kind=kind, seed=seed, method=CLOUD, step=r["epoch"], loss=r["loss"]) for r in fit]
+    rule = dict(evaluate=holdout, stop=params.plateau(CLOUD))
+    curve(CLOUD, protocol.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule))
     cloud_weights = model.get_weights()
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)
         record_(CUSTOM, [user], cloud_weights, personal=True)
-    # FedAvg: from the public model, the users as clients
-    cloud.reset(start)
-    rounds, per_round = params.fedavg_setting(kind)
-    fed = dict(seed=streams.tf_seed(seed, f"fedavg/{kind}"), log=log)
-    per_round, local = min(per_round, len(data.users)), params.fedavg_local_epochs
-    _, rounds_log = fedavg(cloud, start, data.train, rounds, per_round, local, batch, **fed)
-    history += [dict(kind=kind, seed=seed, method=FED, step=r["round"], loss=r["client_loss"]) for r in rounds_log]
+    # FedAvg: from the public model, the users as clients, to the plateau
+    (rounds, per_round), fed_seed = params.fedavg_setting(kind), streams.tf_seed(seed, f"fedavg/{kind}")
+    fed = rounds, min(per_round, len(data.users)), params.fedavg_local_epochs, batch, fed_seed
+    rule = dict(evaluate=holdout, stop=params.plateau(FED), evaluate_every=params.fedavg_evaluate_every, log=log)
+    curve(FED, protocol.converge_fedavg(cloud, start, data.train, *fed, **rule))
     record_(FED, data.users)
     log(f"{MODELS[kind]} seed {seed}: CloudTrain, CloudCustomize and FedAvg scored")
     return rows, history
-
-
-def _scratch(params: Params, kind: str, data, seed: int) -> list[np.ndarray]:
-    """Random initial weights of the same model (cloud_init = "scratch")."""
-    if kind == "text":
-        return common.text_model(params, data, seed).get_weights()
-    init = streams.tf_seed(seed, "init/autlearn-head")
-    return mobilenet_v1.build(None, params.mobilenet_alpha, params.image_size, 62, seed=init).get_weights()
 
 
 def text_methods(params: Params, text: common.TextData, pre, log=print):
@@ -220,25 +236,7 @@ def _matrix(users: pd.DataFrame, kind: str, method: str, column: str = "top1") -
 
 
 def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
-    """Per model and method: mean top-1 over users (mean over seeds) with a 95% bootstrap interval
-    over users, the median, and the text model's top-k-eff."""
-    rng, n_boot, out = streams.rng(params.seed, "bootstrap/summary"), params.bootstrap, []
-    for kind in MODELS:
-        for method in METHODS:
-            m = _matrix(users, kind, method)
-            if not m.size:
-                continue
-            per_user = m.mean(axis=0)
-            boot = per_user[rng.integers(0, len(per_user), (n_boot, len(per_user)))].mean(axis=1)
-            ci = [float(q) for q in np.quantile(boot, [0.025, 0.975])]
-            row = dict(
-                model=MODELS[kind], method=method, users=m.shape[1], seeds=m.shape[0], top1_mean=float(per_user.mean())
-            )
-            row |= dict(top1_ci_low=ci[0], top1_ci_high=ci[1], top1_median=float(np.median(per_user)))
-            if kind == "text":
-                row["top_k_eff_mean"] = float(_matrix(users, kind, method, "top_k_eff").mean())
-            out.append(row)
-    return pd.DataFrame(out)
+    return report.accuracy_summary(users, METHODS, streams.rng(params.seed, "bootstrap/summary"), params.bootstrap)
 
 
 def conclude(params: Params, text, images, pre, rows, history, rates, tflite_check, wall_time_s) -> record.Result:
@@ -259,7 +257,8 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     tables = {
         "users": users,
         "summary": summary_table(users, params),
-        "training": pd.DataFrame(history),
+        "training": pd.DataFrame(history),  # the convergence curves: a row per epoch (CloudTrain) or round (FedAvg)
+        "stopping": report.stopping_table(pd.DataFrame(history)),
         "data": pd.concat(data, ignore_index=True),
         "pretraining": pd.concat([p.history().assign(seed=s) for s, p in pre["text"].items()], ignore_index=True),
         "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),

@@ -5,6 +5,9 @@ its own data (a fresh optimizer state each time), and the server replaces the gl
 the average of the clients' weights, weighted by their numbers of training examples. Only weights
 travel; a client's data never leaves `clients`. One Trainer (and one compiled step) serves every
 client; the hooks of the trainer (e.g. equal-length buckets) apply on each client.
+
+Like `Trainer.fit`, the loop can score the global model on held-out data and stop at a plateau
+(a `Plateau` of `ondevice.training.trainer`), so that FedAvg is compared at convergence.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 import numpy as np
 
 from ondevice import streams
-from ondevice.training.trainer import Trainer
+from ondevice.training.trainer import Plateau, Trainer
 
 
 def average(weights: list[list[np.ndarray]], sizes: list[int]) -> list[np.ndarray]:
@@ -24,6 +27,14 @@ def average(weights: list[list[np.ndarray]], sizes: list[int]) -> list[np.ndarra
         sum(s * w[i].astype(np.float64) for s, w in zip(share, weights)).astype(weights[0][i].dtype)
         for i in range(len(weights[0]))
     ]
+
+
+class Rounds(list):
+    """`fedavg`'s rows, one per round; with a stop rule also the kept round and whether the plateau
+    was reached (False: the round cap came first)."""
+
+    best_round: int | None = None
+    plateau: bool = False
 
 
 def fedavg(
@@ -36,16 +47,29 @@ def fedavg(
     batch_size: int,
     seed: int,
     log=None,
-) -> tuple[list[np.ndarray], list[dict]]:
-    """Global weights after `rounds` of FedAvg from `start`, and one history row per round.
+    evaluate=None,
+    stop: Plateau | None = None,
+    evaluate_every: int = 1,
+) -> tuple[list[np.ndarray], Rounds]:
+    """Global weights after at most `rounds` of FedAvg from `start`, and one history row per round.
 
     `clients`: client id -> its training data (what `trainer`'s task batches). Clients of a round
     are drawn without replacement from the stream "fedavg/round/<r>"; client c's batches in round r
-    from "fedavg/<r>/<c>"."""
+    from "fedavg/<r>/<c>".
+
+    `evaluate(model)` (a dict of floats) scores the global weights after every `evaluate_every`-th
+    round and after the last; its values join that round's row. With `stop`, rounds end when the
+    monitored value reaches a plateau (patience counted in evaluations, not rounds) and the weights
+    the rule keeps are returned and left in the model (`Rounds.best_round`)."""
     if not 1 <= clients_per_round <= len(clients):
         raise ValueError(f"clients_per_round must be in 1..{len(clients)}, got {clients_per_round}")
+    if stop is not None and evaluate is None:
+        raise ValueError("stop needs evaluate: a plateau is judged on held-out data")
+    if evaluate_every < 1:
+        raise ValueError(f"evaluate_every must be at least 1, got {evaluate_every}")
     ids = sorted(clients)
-    weights, history = [w.copy() for w in start], []
+    weights, history = [w.copy() for w in start], Rounds()
+    watch = stop.watch() if stop is not None else None
     for r in range(1, rounds + 1):
         begin = time.perf_counter()
         picked = [
@@ -60,16 +84,20 @@ def fedavg(
             sizes.append(trainer.task.size(clients[c]))
             losses.append(rows[-1]["loss"])
         weights = average(updates, sizes)
-        history.append(
-            {
-                "round": r,
-                "clients": len(picked),
-                "examples": int(sum(sizes)),
-                "client_loss": float(np.average(losses, weights=sizes)),
-                "seconds": time.perf_counter() - begin,
-            }
-        )
+        row = {"round": r, "clients": len(picked), "examples": int(sum(sizes))}
+        row |= {"client_loss": float(np.average(losses, weights=sizes)), "seconds": time.perf_counter() - begin}
+        scored = evaluate is not None and (r % evaluate_every == 0 or r == rounds)
+        if scored:
+            trainer.model.set_weights(weights)
+        scores = evaluate(trainer.model) if scored else {}
+        history.append(row | scores)
         if log:
-            log(f"FedAvg round {r}/{rounds}: {len(picked)} clients, mean local loss {history[-1]['client_loss']:.3f}")
+            held = "".join(f", {k} {v:.4f}" for k, v in scores.items())
+            log(f"FedAvg round {r}/{rounds}: {len(picked)} clients, mean local loss {row['client_loss']:.3f}{held}")
+        if scored and watch is not None and watch.update(scores[stop.monitor], r, trainer.model):
+            break
+    if watch is not None:
+        weights = watch.weights
+        history.best_round, history.plateau = watch.epoch, watch.plateau
     trainer.model.set_weights(weights)
     return weights, history
