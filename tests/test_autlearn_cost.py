@@ -187,3 +187,20 @@ def test_counted_work_beside_time_reads_each_claims_flops():
     energy = table.loc["optimisations lower the LSTM's training energy (performance governor)"]
     assert energy["FLOP change"] == pytest.approx(1.0)
     assert report.flop_diagnosis(pruned).startswith("counted FLOPs: the technique removes 50% of the work (+100% if")
+
+
+def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count():
+    import time as _time
+
+    from ondevice.papers.autlearn import protocol
+
+    calls = []
+
+    def step(x, y):  # the third timed pass (calls 6-7 after 2 warm-up calls) is slow
+        calls.append(x)
+        _time.sleep(0.05 if 6 <= len(calls) <= 7 else 0.001)
+
+    batches = [(np.zeros((2, 3)), None), (np.zeros((2, 3)), None)]
+    per_step, timed = protocol.time_steps(step, batches, timing_steps=2, warmup_steps=2, repeats=5)
+    assert len(calls) == 2 + 5 * 2 and timed == 2  # one shape warmed up twice, then 5 passes of 2 steps
+    assert per_step < 0.02  # the slow pass (0.05 s per step) is not the median

@@ -72,7 +72,7 @@ def epochs(params, data, kind: str):
 
 
 def _time(params, step, batches: list) -> tuple[float, int]:
-    return protocol.time_steps(step, batches, params.timing_steps, params.warmup_steps)
+    return protocol.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
 
 
 def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
@@ -149,7 +149,8 @@ def online(params, data, variants: dict, log=print) -> pd.DataFrame:
                 batches = _stream(params, kind, train[user])
                 flops = {c: epoch_flops(base.model, base.head, batches, c == "with cache") for c in CACHE}
                 if measured:
-                    seconds = protocol.update_seconds(trainer, start, batches, params.timing_steps, params.warmup_steps)
+                    timing = params.timing_steps, params.warmup_steps, params.timing_repeats
+                    seconds = protocol.update_seconds(trainer, start, batches, *timing)
                 else:
                     seconds = {c: counted_seconds(params, f) for c, f in flops.items()}
                 for c in CACHE:
