@@ -255,9 +255,8 @@ def conclude(
     flops = report.flops_beside_time(PAPER, report.flop_quantities(epochs, online_table))
     notes = {r.effect: claims.Diagnosis(report.flop_diagnosis(r), FLOPS_SECTION) for _, r in flops.iterrows()}
     rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=notes)
-    if params.time_source == "measured":  # each user's time is the median of its timed passes
-        effects.insert(effects.columns.get_loc("users") + 1, "repeats", params.timing_repeats)
+    repeats = params.timing_repeats if params.time_source == "measured" else None  # each user's median pass
+    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=notes, repeats=repeats)
     flops.insert(2, "time change (ours)", effects["our change"].to_numpy())
     headline = {f"{e.claim}: change": claims.headline([c]) for e, c in zip(PAPER.effects, effects["our change"])}
     tables = dict(compression=compression_table(variants), pruning_rounds=rounds, epochs=epochs)
