@@ -49,7 +49,7 @@ from ondevice.papers.autlearn.report import (  # noqa: F401  (the notebook's tab
     plot_availability,
     plot_finish,
 )
-from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day  # noqa: F401  (stages)
+from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep  # noqa: F401
 from ondevice.papers.deeptype import common
 from ondevice.papers.deeptype.common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.papers.deeptype.techniques.fine_tune import FineTune
@@ -175,7 +175,9 @@ def resume_check(params: Params, corpus: Corpus, log=print):
     return traces.resume_table(flatbuffer, task, model, batches[:n], schedule, optimizer, log)
 
 
-def conclude(params, corpus, trace, minutes, fit, host, phones, profiles, resume, finish, wall_time_s) -> record.Result:
+def conclude(
+    params, corpus, trace, minutes, sweep, fit, host, phones, profiles, resume, finish, wall_time_s
+) -> record.Result:
     """Tables, the paper's medians and share beside ours, and the paired verdict on the minutes."""
     head = finish[(finish.variant == params.variant) & (finish.epochs == params.personal_epochs)]
     within = {c: float(g.share_within_horizon.mean()) for c, g in head.groupby("condition")}
@@ -185,7 +187,9 @@ def conclude(params, corpus, trace, minutes, fit, host, phones, profiles, resume
     ours = dict(zip((n.quantity for n in PAPER.numbers), (median(auto), median(fed), within[auto])))
     wide = minutes.pivot(index="device", columns="condition", values="minutes_per_day")
     pairs = {CLAIM: (wide[auto].to_numpy(), wide[fed].to_numpy())}
-    effects = claims.effects_table(PAPER, pairs, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    why = {CLAIM: claims.Diagnosis(traces.wifi_diagnosis(sweep), traces.HABIT_SECTION)} if len(sweep) else {}
+    rng = streams.rng(params.seed, "bootstrap")
+    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=why)
     share = f"share finishing within {params.horizon_hours:g} h, autonomous, {params.variant}, "
     share += f"{params.personal_epochs} epochs"
     resumed = float(resume.value.iloc[0])
@@ -197,6 +201,7 @@ def conclude(params, corpus, trace, minutes, fit, host, phones, profiles, resume
     }
     stand_in = "; ".join(s for s in (trace.data["stand_in_for"], corpus.manifest.stand_in_for) if s)
     tables = dict(trace=trace.table(), minutes_per_day=minutes, availability=availability_summary(minutes))
+    tables |= {"wifi_sweep": sweep} if len(sweep) else {}
     tables |= dict(layer_time_fit=fit, host_times=host, phone_times=phones, resume_check=resume)
     tables |= dict(finish_per_device=finish, finish_within_day=finish_summary(params, finish))
     tables |= dict(headline=claims.headline_table(headline), paper_vs_ours=claims.paper_vs_ours(PAPER, ours))
@@ -217,11 +222,11 @@ def run(params: Params, speeches=None, log=print) -> record.Result:
     begin = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
     trace = load_trace(params, log)
-    minutes = minutes_per_day(trace)
+    minutes, sweep = minutes_per_day(trace), wifi_sweep(params)
     fits, fit = layer_times(params)
     host = host_times(params, corpus, log)
     phones, profiles = phone_times(params, corpus, host, fits)
     resume = resume_check(params, corpus, log)
     finish = finish_within_day(params, trace, phones)
-    tables = (minutes, fit, host, phones, profiles, resume, finish)
+    tables = (minutes, sweep, fit, host, phones, profiles, resume, finish)
     return conclude(params, corpus, trace, *tables, time.perf_counter() - begin)
