@@ -1,9 +1,10 @@
-"""AutLearn A3/A4 techniques: EDA over WordNet, image augmentation, and the online update from
-the inference cache (the same update as the plain last-layer step)."""
+"""AutLearn A3/A4 techniques: EDA over WordNet, image augmentation, the online update from the
+inference cache (the same update as the plain last-layer step), and A3's MobileNet ablation."""
 
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ondevice.data.wordnet import WordNet
@@ -293,3 +294,100 @@ def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classi
     model.set_weights(moved)
     np.testing.assert_array_equal(online[32:], (model(x[32:]).numpy().argmax(1) == y[32:]).astype(float))
     model.set_weights(start)
+
+
+# ---- A3's MobileNet change taken apart (augment_ablation) ----------------------------------------
+
+
+def _ablation_params(**overrides):
+    from ondevice.papers.autlearn.experiments.autlearn_augment_online import Params
+
+    return Params.for_scale("smoke", **{"image_personal_epochs": 2, "ablation_epochs": (1,), **overrides})
+
+
+@pytest.fixture(scope="module")
+def writers():
+    """Three writers of 10 training and 4 test images each, and a random MobileNet at 32 pixels."""
+    from ondevice.data import femnist
+    from ondevice.models import mobilenet_v1
+    from ondevice.papers.autlearn.common import ImageData, Pretrained
+
+    rng, users = np.random.default_rng(0), ("w1", "w2", "w3")
+    part = lambda n: {u: (rng.random((n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n)) for u in users}
+    images = ImageData(None, [], users, part(10), part(4), len(users))
+    model = mobilenet_v1.build(None, 0.25, 32, femnist.CLASSES, seed=0)
+    return images, Pretrained(model, model.get_weights(), {}, False)
+
+
+def test_copies_and_generated_images_come_from_the_same_sampled_sources(writers):
+    from ondevice.papers.autlearn import augment_ablation as ab
+
+    images, _ = writers
+    params = _ablation_params(augment_cap=0.5)
+    (x, y), made = ab.training_set(params, images, "w1")
+    assert made == 0 and x is images.train["w1"][0]
+    (cx, cy), n_copies = ab.training_set(params, images, "w1", ab.Copies())
+    (gx, gy), n_generated = ab.training_set(params, images, "w1", ImageAugmenter(("rotation",)))
+    assert n_copies == n_generated == 5  # cap 0.5 x 10 originals
+    np.testing.assert_array_equal(cy, gy)  # the same draw of sources
+    originals = images.train["w1"][0].reshape(10, -1)
+    sources = [int(np.flatnonzero((originals == c.reshape(1, -1)).all(1))[0]) for c in cx[10:]]
+    np.testing.assert_array_equal(cy[10:], images.train["w1"][1][sources])  # copies are their sources unchanged
+    assert not np.array_equal(gx[10:], cx[10:])  # generated ones are not
+
+
+def test_ablation_reuses_a3_runs_exactly_and_summarises_against_the_originals(writers):
+    from ondevice.papers.autlearn import augment_ablation as ab
+    from ondevice.papers.autlearn.experiments import autlearn_augment_online as exp
+
+    images, pre = writers
+    params = _ablation_params(image_personal_learning_rate=0.03)
+    runs = ab.runs(params)
+    assert len(runs) == 2 * 3 + 3 and (ab.GENERATED, "rotation", 2) in runs and (ab.COPIES, "-", 1) in runs
+    a3 = exp.augment_images(params, type("D", (), {"images": images}), {"image": pre}, log=lambda m: None)
+    reused = ab.rows(params, images, pre, a3, log=lambda m: None)
+    trained = ab.rows(params, images, pre, None, log=lambda m: None)
+    pd.testing.assert_frame_equal(reused, trained)  # A3's two runs, trained again, give A3's numbers
+    assert len(trained) == len(runs) * 3
+    assert (trained[trained.training != ab.ORIGINAL].generated_images == 10).all()
+    summary = ab.table(params, trained)
+    assert summary[summary.training == ab.ORIGINAL][ab.CHANGE].isna().all()
+    row = summary[(summary.training == ab.COPIES) & (summary.epochs == 2)].iloc[0]
+    base = trained[(trained.training == ab.ORIGINAL) & (trained.epochs == 2)].top1.mean()
+    assert row["mean top-1"] == pytest.approx(
+        trained[(trained.training == ab.COPIES) & (trained.epochs == 2)].top1.mean()
+    )
+    assert base > 0 and row[ab.CHANGE] == pytest.approx(row["mean top-1"] / base - 1)
+    assert row["ci low"] <= row[ab.CHANGE] <= row["ci high"]
+
+
+def _summary(changes: dict) -> pd.DataFrame:
+    from ondevice.papers.autlearn import augment_ablation as ab
+
+    return pd.DataFrame(
+        [dict(training=t, operations=o, epochs=e, **{ab.CHANGE: v}) for (t, o, e), v in changes.items()]
+    )
+
+
+def test_diagnosis_quotes_the_table_and_only_when_it_shows_the_cause():
+    from ondevice.papers.autlearn import augment_ablation as ab
+
+    params, ops = _ablation_params(), "crop + rotation + translation"
+    changes = {
+        (ab.COPIES, "-", 1): 0.27, (ab.GENERATED, ops, 1): 0.20,
+        (ab.COPIES, "-", 2): -0.003, (ab.GENERATED, ops, 2): -0.026,
+        (ab.GENERATED, "crop", 2): 0.006, (ab.GENERATED, "rotation", 2): 0.016,
+        (ab.GENERATED, "translation", 2): -0.006,
+    }  # fmt: skip
+    why = ab.diagnosis(params, _summary(changes))
+    assert why.section == ab.SECTION
+    assert "1: +20.0% vs +27.0%" in why.text and "2 (ours): -2.6% vs -0.3%" in why.text
+    assert why.text.endswith("crop +0.6%, rotation +1.6%, translation -0.6%")
+    effects = pd.DataFrame({"effect": ["augmentation raises MobileNet accuracy", "other"]})
+    filled = ab.diagnose(params, effects, "augmentation raises MobileNet accuracy", _summary(changes))
+    assert filled.diagnosis.tolist() == [why.text, ""] and filled.section.tolist() == [ab.SECTION, ""]
+    # copies no better than the generated images at some epochs: no cause shown, the row stays unexplained
+    assert ab.diagnosis(params, _summary(changes | {(ab.COPIES, "-", 1): 0.10})) is None
+    # the generated images do not lower top-1 at the preset's epochs: nothing to explain
+    assert ab.diagnosis(params, _summary(changes | {(ab.GENERATED, ops, 2): 0.01, (ab.COPIES, "-", 2): 0.02})) is None
+    assert ab.diagnose(params, effects, "other", _summary(changes | {(ab.COPIES, "-", 1): 0.1})).diagnosis.eq("").all()

@@ -4,7 +4,7 @@ A3. AutLearn's on-device step (`protocol.PersonalTrainer`) with and without augm
 user's training part, scored on the test part. Text: EDA (`techniques.eda`, WordNet 3.0 synonyms);
 images: crop, rotation and translation (`techniques.image_augment`). Up to `eda_n_aug` /
 `image_n_aug` generated per original, capped at `augment_cap` x the original count (the paper: "at
-most 1x"). Paper: +0.9% (LSTM), +3.1% (MobileNet).
+most 1x"). Paper: +0.9% (LSTM), +3.1% (MobileNet); MobileNet's change taken apart: `augment_ablation`.
 
 A4. Online learning emulated as the paper describes it (`protocol.stream_pass`): a user's data in
 order (training part, then test part), each sample predicted (and scored), then buffered; each full
@@ -18,7 +18,7 @@ own validation writers by online's gain, never on streaming users.
 Top-1 throughout (text: the next word before any character is typed; `<unk>` never counts as right);
 effects: relative changes of the mean over users, paired bootstrap interval, absolute change beside.
 Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `augment_text`, `augment_images`,
-`online_text`, `online_images`, `conclude`; `run` calls them all.
+`augment_ablation.run`, `online_text`, `online_images`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.data import femnist, wordnet
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.autlearn import common, protocol, report
+from ondevice.papers.autlearn import augment_ablation, common, protocol, report
 from ondevice.papers.autlearn.report import plot_augmentation, plot_curve  # noqa: F401  (the notebook's figures)
 from ondevice.papers.autlearn.techniques import eda, image_augment
 from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
@@ -76,6 +76,7 @@ class Params(common.AutLearnParams):
     image_operations: tuple[str, ...] = ("crop", "rotation", "translation")  # the paper's MobileNet choice
     image_n_aug: int = 5
     augment_cap: float = 1.0  # generated samples used: at most this x the original count
+    ablation_epochs: tuple[int, ...] = (1, 3)  # MobileNet's change taken apart also at these epochs
     # A4
     online_batch_size: int = 16  # the paper's default
     last_fraction: float = 0.25  # "later": the last quarter of each stream (ours are short)
@@ -103,6 +104,7 @@ class Params(common.AutLearnParams):
             self.require(bool(chosen) and set(chosen) <= set(ops), name, f"must be a non-empty subset of {ops}")
         self.positive("eda_n_aug", "augment_cap")
         self.at_least(1, "image_n_aug", "online_batch_size")
+        self.require(all(e >= 1 for e in self.ablation_epochs), "ablation_epochs", "must be epochs >= 1")
         self.between("(0, 1)", "last_fraction", "image_public_fraction", "image_validation_fraction")
         ok = bool(self.online_image_candidates) and all(map(_candidate, self.online_image_candidates))
         self.require(ok, "online_image_candidates", "must list 'sgd:<rate>' or 'adam:<rate>' with positive rates")
@@ -181,12 +183,7 @@ def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.Da
     """Per writer: AutLearn's step (the MobileNet head on the writer's LEAF training images) without
     and with crop/rotation/translation; top-1 on the writer's test images."""
     images, augmenter = data.images, image_augment.ImageAugmenter(params.image_operations)
-
-    def augment(user):
-        (x, y), rng = images.train[user], streams.rng(params.seed, f"image-augment/{user}")
-        gx, gy = image_augment.augment_images(augmenter, x, y, rng, params.image_n_aug, params.augment_cap)
-        return (np.concatenate([x, gx]), np.concatenate([y, gy])), len(gy)
-
+    augment = lambda user: augment_ablation.training_set(params, images, user, augmenter)
     return protocol.augmented_steps(params, "image", images, models["image"], augment, "images", log)
 
 
@@ -264,16 +261,17 @@ def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> pd
 
 
 def conclude(
-    params, data, models, examples, augmented, online, curve, image_selection, image_notes, rates, wall_time_s
+    params, data, models, examples, augmented, online, curve, image_selection, image_notes, rates, wall_time_s, ablation
 ) -> record.Result:
-    """Tables, headline numbers, the paper's numbers beside ours and the verdicts."""
-    eff = effects(params, augmented, online)
+    """Tables, headline numbers, the paper's numbers beside ours, the verdicts and the diagnoses."""
+    claim = CLAIMS[("augmentation", "image", "test")][0]
+    eff = augment_ablation.diagnose(params, effects(params, augmented, online), claim, ablation)
     ours = {q: float(eff.loc[eff.effect == c, "our change"].iloc[0]) for (_, _, part), (c, q) in CLAIMS.items() if q}
     headline = {q: claims.headline([v]) for q, v in ours.items()}
     tables = dict(data=data.table(), eda_examples=examples, augmentation=augmented, online=online, curve=curve)
-    summary = report.augment_online_summary(augmented, online)
-    tables |= dict(online_image_selection=image_selection, summary=summary, rate_selection=rates)
+    tables |= dict(online_image_selection=image_selection, summary=report.augment_online_summary(augmented, online))
     tables |= dict(pretraining=models["text"].history(), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff)
+    tables |= dict(rate_selection=rates, augmentation_ablation=ablation)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest, data.wordnet_manifest)]
     notes = dict(text_users=list(data.text.users), image_users=list(data.images.users), **image_notes)
     notes |= dict(pretrained_lstm_from_cache=models["text"].from_cache, femnist_classes=femnist.CLASSES)
@@ -292,9 +290,11 @@ def run(params: Params, log=print) -> record.Result:
     models = pretrain(params, data, log)
     params, rates = choose_rates(params, data, models, log)
     examples = eda_examples(params, data)
-    augmented = pd.concat([augment_text(params, data, models, log), augment_images(params, data, models, log)])
+    text_aug, image_aug = augment_text(params, data, models, log), augment_images(params, data, models, log)
+    ablation = augment_ablation.run(params, data.images, models["image"], image_aug, log)
+    augmented = pd.concat([text_aug, image_aug])
     t_rows, t_curve = online_text(params, data, models, log)
     i_rows, i_curve, i_selection, notes = online_images(params, data, models, log)
     online, curve = pd.concat([t_rows, i_rows]), pd.concat([t_curve, i_curve])
     wall = time.perf_counter() - start
-    return conclude(params, data, models, examples, augmented, online, curve, i_selection, notes, rates, wall)
+    return conclude(params, data, models, examples, augmented, online, curve, i_selection, notes, rates, wall, ablation)
