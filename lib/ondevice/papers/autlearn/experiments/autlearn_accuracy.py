@@ -6,18 +6,17 @@ writers), every method on the same per-user splits.
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`protocol.converge_cloud`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user.
+- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate chosen again).
 - FedAvg: from the public pre-trained model, all layers, rounds of `fedavg_clients` users training
   `fedavg_local_epochs` locally (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`).
 - and, for reference, the public pre-trained model itself (no user data at all).
-
 The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
 the validation users (`protocol.holdout_loss`); the presets' epochs and rounds are caps only.
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
-relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. The on-device rate of each
-model is chosen on validation users apart from the test users.
+relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates are chosen
+on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
 
 Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `text_methods`,
 `image_methods`, `on_device`, `conclude`; `run` calls them all.
@@ -179,20 +178,21 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     cloud = Trainer(model, task, lr, "adam", hooks=[EqualLength()] if kind == "text" else [])
     holdout = protocol.holdout_loss(kind, data.validation)
 
-    def record_(method, users, weights=None, personal=False):
+    def record_(method, users, weights=None, on_device=None):
         for user in users:
             if weights is not None:
                 model.set_weights(weights)
             row = dict(kind=kind, model=MODELS[kind], seed=seed, user=user, method=method)
             row |= dict(train_examples=task.size(data.train[user]), test_examples=task.size(data.test[user]))
-            if personal:  # the on-device step from `weights` (AutLearn, CloudCustomize)
-                step.fit(weights, data.train[user], streams.rng(seed, f"personal/{kind}/{user}"))
+            if on_device is not None:  # the on-device step from `weights` (AutLearn, CloudCustomize)
+                on_device.fit(weights, data.train[user], streams.rng(seed, f"personal/{kind}/{user}"))
+                row["on_device_rate"] = on_device.setting.learning_rate
             rows.append(row | protocol.score(params, kind, model, data.test[user]))
 
     # the public model, and AutLearn on each user
     for user in data.users:
         record_(PRE, [user], start)
-        record_(AUT, [user], start, personal=True)
+        record_(AUT, [user], start, step)
     log(f"{MODELS[kind]} seed {seed}: pre-trained and AutLearn scored on {len(data.users)} users")
 
     def curve(method, points):
@@ -206,10 +206,12 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODELS[kind]}"
     rule = dict(evaluate=holdout, stop=params.plateau(CLOUD))
     curve(CLOUD, protocol.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule))
-    cloud_weights = model.get_weights()
+    cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
+    chosen = protocol.choose_rate(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
+    custom = protocol.PersonalTrainer(chosen, kind, model)
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)
-        record_(CUSTOM, [user], cloud_weights, personal=True)
+        record_(CUSTOM, [user], cloud_weights, custom)
     # FedAvg: from the public model, the users as clients, to the plateau
     (rounds, per_round), fed_seed = params.fedavg_setting(kind), streams.tf_seed(seed, f"fedavg/{kind}")
     fed = rounds, min(per_round, len(data.users)), params.fedavg_local_epochs, batch, fed_seed
