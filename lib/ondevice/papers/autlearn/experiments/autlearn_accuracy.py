@@ -7,9 +7,8 @@ writers), every method on the same per-user splits.
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`protocol.converge_cloud`); no per-user model.
 - CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate chosen again).
-- FedAvg: from the public pre-trained model, all layers, rounds of `fedavg_clients` users training
-  `fedavg_local_epochs` locally (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`).
-- and, for reference, the public pre-trained model itself (no user data at all).
+- FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally
+  (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`); and the public model itself.
 The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
 the validation users (`protocol.holdout_loss`); the presets' epochs and rounds are caps only.
 
