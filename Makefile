@@ -28,6 +28,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  variables: SCALE=smoke|default|paper  NOTEBOOK=<name>  FORCE=1  PARAMS='{\"seed\": 1}'  REFETCH=1 (data: fetch again)"
 	@echo "  ENGINE=sequential|dask  WORKERS=N  CLUSTER=tcp://host:8786 (where fan-out jobs run; lib/ondevice/engine)"
+	@echo "  AT_ONCE=N (notebooks run at a time; 2 on 2+ CPUs; timed notebooks always run alone)"
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -42,7 +43,10 @@ setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, 
 data: setup apt-lists ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
 	$(PY) -m ondevice.data --scale $(SCALE) $(if $(REFETCH),--refetch)
 
-RUNNER = $(PY) -m ondevice.report.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)'
+# Notebooks run AT_ONCE at a time, each with its share of the CPUs; those that measure time run
+# afterwards, alone (lib/ondevice/report/at_once.py). AT_ONCE=1 runs them one after another.
+AT_ONCE ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -ge 2 ] && echo 2 || echo 1)
+RUNNER = $(PY) -m ondevice.report.runner --scale $(SCALE) $(if $(NOTEBOOK),--notebook $(NOTEBOOK)) $(if $(FORCE),--force) --params '$(PARAMS)' --at-once $(AT_ONCE)
 
 reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/; numbers beside the published ones
 	$(RUNNER)

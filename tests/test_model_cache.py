@@ -45,7 +45,7 @@ def test_interrupted_training_leaves_no_entry_and_a_corrupt_entry_is_retrained(c
 
     with pytest.raises(KeyboardInterrupt):
         model_cache.load_or_train("m", {}, [], "c", boom, log=lambda _: None)
-    assert not cache.exists() or not any(cache.iterdir())
+    assert not cache.exists() or not [p for p in cache.iterdir() if p.suffix != ".lock"]  # the lock file stays
     calls = []
     entry = model_cache.load_or_train("m", {}, [], "c", trainer(calls), log=lambda _: None)
     (entry.path / "weights.npz").write_bytes(b"not a zip")
@@ -67,3 +67,46 @@ def test_code_digest_ignores_formatting_comments_and_docstrings_not_code(tmp_pat
     assert code_digest([], extra="    def m(self):\n        return 1\n") == code_digest(
         [], extra="def m(self): return 1"
     )
+
+
+def _train_in_another_process(cache_dir: str, log_file: str) -> bool:
+    """A spawned process asking for the key the test process is training; returns whether it hit."""
+    import os
+
+    os.environ["ONDEVICE_MODEL_CACHE"] = cache_dir
+
+    def train():
+        with open(log_file, "a") as f:
+            f.write("trained by the other process\n")
+        return [np.zeros(2, np.float32)], {}
+
+    def log(message):
+        with open(log_file, "a") as f:
+            f.write(message + "\n")
+
+    return model_cache.load_or_train("m", {"units": 4}, ["abc"], "code1", train, log=log).hit
+
+
+def test_a_key_being_trained_elsewhere_is_waited_for_not_trained_twice(cache, tmp_path):
+    """Two notebooks run at once (report/at_once.py) and want one global model: the second waits
+    for the first and reads its entry."""
+    import multiprocessing
+    import time
+
+    log_file = tmp_path / "log.txt"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+
+        def train():
+            other = pool.apply_async(_train_in_another_process, (str(cache), str(log_file)))
+            deadline = time.monotonic() + 60
+            while "waiting" not in (log_file.read_text() if log_file.exists() else ""):
+                assert time.monotonic() < deadline, "the other process never waited for the lock"
+                assert not other.ready(), "the other process finished while this one held the lock"
+                time.sleep(0.05)
+            train.other = other
+            return [np.ones(2, np.float32)], {}
+
+        entry = model_cache.load_or_train("m", {"units": 4}, ["abc"], "code1", train, log=lambda _: None)
+        assert not entry.hit and train.other.get(timeout=60) is True
+    assert "trained by the other process" not in log_file.read_text()

@@ -2,6 +2,7 @@
 how numbers are compared with the published ones, and which files a notebook's results depend on."""
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -350,3 +351,63 @@ def test_cpu_flags_and_onednn(monkeypatch):
     assert provenance.onednn_enabled() is False and provenance.determinism()["onednn"] is False
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
     assert provenance.onednn_enabled() is True
+
+
+# --- notebooks at once ---------------------------------------------------------------------------
+
+
+def timing_notebook(path: Path, measures_time: bool) -> None:
+    """A notebook that sleeps 3 s and records when it ran, in a run.json as result.save would."""
+    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "import json, os, pathlib, time\n"
+        "began = time.time()\n"
+        "time.sleep(3)\n"
+        "ran = {'began': began, 'ended': time.time(), 'threads': os.environ.get('TF_NUM_INTRAOP_THREADS')}\n"
+        "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'tiny', 'ran': ran}))"
+    )
+    nb = nbformat.v4.new_notebook(cells=[params, body])
+    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
+    if measures_time:
+        nb.metadata["ondevice"] = {"measures_time": True}
+    nbformat.write(nb, path)
+
+
+def test_notebooks_run_at_once_and_those_that_measure_time_run_alone_after(tmp_path, monkeypatch, capsys):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for name, timed in (("first", False), ("second", False), ("timed", True)):
+        timing_notebook(notebooks / f"{name}.ipynb", timed)
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    assert runner.main(["--scale", "smoke", "--notebooks-dir", str(notebooks), "--at-once", "2"]) == 0
+    out = capsys.readouterr().out
+    runs = {n: json.loads((tmp_path / "results" / "smoke" / n / "run.json").read_text()) for n in ("first", "second")}
+    runs["timed"] = json.loads((tmp_path / "results" / "smoke" / "timed" / "run.json").read_text())
+    first, second, timed = (runs[n]["ran"] for n in ("first", "second", "timed"))
+    assert first["began"] < second["ended"] and second["began"] < first["ended"], "the two should overlap"
+    assert timed["began"] > max(first["ended"], second["ended"]), "the timed notebook should run alone, after"
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert first["threads"] == second["threads"] == str(threads)  # each child its share of the CPUs
+    assert runs["first"]["notebook"]["at_once"] == {"notebooks": 2, "threads": threads}
+    assert runs["timed"]["notebook"]["at_once"]["notebooks"] == 1
+    assert "[first] [reproduce] first (smoke): running" in out and "3 notebook(s) in" in out
+    # run again: each child sees this checkout completed its notebook and says so
+    assert runner.main(["--scale", "smoke", "--notebooks-dir", str(notebooks), "--at-once", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name}=skipped" in out for name in ("first", "second", "timed"))
+
+
+def test_a_failing_notebook_run_beside_another_fails_the_run_and_keeps_the_other(tmp_path, monkeypatch):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    timing_notebook(notebooks / "good.ipynb", False)
+    (notebooks / "bad.ipynb").write_text("not a notebook")
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    assert runner.main(["--scale", "smoke", "--notebooks-dir", str(notebooks), "--at-once", "2"]) == runner.EXIT_FAILED
+    assert (tmp_path / "results" / "smoke" / "good" / "run.json").is_file()
+
+
+def test_at_once_rejects_less_than_one():
+    with pytest.raises(SystemExit):
+        runner.main(["--scale", "smoke", "--at-once", "0"])

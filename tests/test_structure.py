@@ -3,6 +3,8 @@ import a paper, every paper folder has the same parts, every experiment module h
 stays short. Static checks: nothing is imported or executed."""
 
 import ast
+import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -74,3 +76,21 @@ def test_experiment_modules_stay_short(module):
         assert lines > MAX_LINES, f"{module.stem} is down to {lines} lines: take it off OVER_LIMIT"
         pytest.xfail(f"{module.stem}: {lines} lines, still to be split (issue 21)")
     assert lines <= MAX_LINES, f"{module.relative_to(LIB)}: {lines} lines (at most {MAX_LINES})"
+
+
+NOTEBOOK_FILES = sorted(n for n in NOTEBOOKS.rglob("*.ipynb") if not n.parent.name.startswith("_"))
+TIME_TABLE = re.compile(r"tim|bench|laten|energ")  # timing_effects, phone_times, benchmark, latency, energy
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOK_FILES, ids=[n.stem for n in NOTEBOOK_FILES])
+def test_notebooks_that_publish_time_run_alone(notebook):
+    """`make reproduce` runs notebooks two at a time, except those marked `measures_time`
+    (report/at_once.py): the mark is there exactly when the published results have a table of
+    times, step-time benchmarks or energy built on them."""
+    tables = LIB.parents[1] / "results" / "default" / notebook.stem / "tables"
+    if not tables.is_dir():
+        pytest.skip(f"no default results for {notebook.stem}")
+    timed = sorted(t.name for t in tables.glob("*.csv") if TIME_TABLE.search(t.stem))
+    meta = json.loads(notebook.read_text(encoding="utf-8"))["metadata"]
+    marked = meta.get("ondevice", {}).get("measures_time", False)
+    assert marked == bool(timed), f"{notebook.stem}: measures_time={marked}, time tables {timed}"

@@ -13,7 +13,11 @@ results/<scale>/.jobs/<name>/ (ONDEVICE_JOBS_DIR for the kernel) and are reused 
 of the same code and arguments; a completed run removes them. ONDEVICE_RESULTS moves results/
 (tests use it).
 
+With --at-once N, N notebooks run at a time in child runners, then those that measure time run
+alone (report/at_once.py).
+
     python -m ondevice.report.runner --scale default [--notebook NAME] [--force] [--params JSON] [--verify]
+                                     [--at-once N]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import psutil
 
 from ondevice import REPO_ROOT
 from ondevice.params import SCALES
-from ondevice.report import timings
+from ondevice.report import at_once, timings
 from ondevice.report.provenance import code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
@@ -179,6 +183,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
     executed = staging / f"{name}.ipynb"
     print(f"[reproduce] {name} ({scale}): running", flush=True)
     start, error = time.perf_counter(), None
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -207,6 +212,12 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
         "key": key,
         "git": git_state([notebook, *code_files(notebook)]),
         "wall_time_s": round(time.perf_counter() - start, 2),
+        "started_at": started_at,
+        # how many notebooks ran at once (report/at_once.py) and the CPU threads this one had
+        "at_once": {
+            "notebooks": int(os.environ.get("ONDEVICE_AT_ONCE") or 1),
+            "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.cpu_count() or 1),
+        },
         "executed_by": "papermill",
         **({"error": f"{type(error).__name__}: {error}"[:2000]} if error else {}),
     }
@@ -363,7 +374,17 @@ def main(argv=None) -> int:
         help=f"exit {EXIT_DIFFERS} when a headline number is outside the published tolerance",
     )
     ap.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help="where the notebooks are")
+    ap.add_argument(
+        "--at-once",
+        type=int,
+        default=1,
+        help="notebooks run at the same time, each with its share of the CPUs; those that measure time "
+        "run afterwards, alone (report/at_once.py)",
+    )
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook for --at-once
     args = ap.parse_args(argv)
+    if args.at_once < 1:
+        ap.error(f"--at-once must be at least 1, got {args.at_once}")
     try:
         params = json.loads(args.params)
     except ValueError as exc:
@@ -384,19 +405,35 @@ def main(argv=None) -> int:
             ap.error(f"no notebook named {args.notebook!r} in {args.notebooks_dir}")
 
     global _signal
-    _signal = None
+    _signal, began = None, time.perf_counter()
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     statuses, comparisons, current = {}, {}, None
+    # the fallback "published" results, read before any is replaced
+    replaced = {nb.stem: _read_json(RESULTS / args.scale / nb.stem / "run.json") for nb in notebooks}
+
+    def done(notebook: Path, status: str) -> None:
+        statuses[notebook.stem] = status
+        if status in ("complete", "skipped"):
+            final, before = RESULTS / args.scale / notebook.stem, replaced[notebook.stem]
+            comparisons[notebook.stem] = show_comparison(
+                notebook.stem, args.scale, final, before if status == "complete" else None
+            )
+
     try:
-        for notebook in notebooks:
+        if args.child:
+            status = run_notebook(notebooks[0], args.scale, params, args.force)
+            return {"complete": 0, "skipped": at_once.EXIT_SKIPPED}.get(status, EXIT_FAILED)
+        alone = notebooks
+        if args.at_once > 1 and len(notebooks) > 1:
+            together = [nb for nb in notebooks if not at_once.measures_time(nb)]
+            alone = [nb for nb in notebooks if at_once.measures_time(nb)]
+            current = f"{len(together)} notebooks run {args.at_once} at a time"
+            print(f"[reproduce] {current}; then, alone, the {len(alone)} that measure time", flush=True)
+            order = at_once.longest_first(together, RESULTS / args.scale)
+            at_once.run(order, args.scale, params, args.force, args.at_once, RESULTS, done)
+        for notebook in alone:
             current = notebook.stem
-            final = RESULTS / args.scale / notebook.stem
-            replaced = _read_json(final / "run.json")  # the fallback "published" result, read before it is replaced
-            statuses[current] = run_notebook(notebook, args.scale, params, args.force)
-            if statuses[current] != "failed":
-                comparisons[current] = show_comparison(
-                    current, args.scale, final, replaced if statuses[current] == "complete" else None
-                )
+            done(notebook, run_notebook(notebook, args.scale, params, args.force))
     except KeyboardInterrupt:
         what = signal.Signals(_signal).name if _signal else "KeyboardInterrupt"
         print(
@@ -410,11 +447,16 @@ def main(argv=None) -> int:
         _signal = None
         for s, handler in previous.items():
             signal.signal(s, handler)
-    print(f"[reproduce] {len(statuses)} notebook(s): " + ", ".join(f"{n}={s}" for n, s in statuses.items()), flush=True)
+    wall = time.perf_counter() - began
+    print(
+        f"[reproduce] {len(statuses)} notebook(s) in {wall / 60:.1f} min wall: "
+        + ", ".join(f"{n}={s}" for n, s in statuses.items()),
+        flush=True,
+    )
     if comparisons:
         print(summary(comparisons, args.verify), flush=True)
     timings.report(RESULTS / args.scale)  # per notebook and stage, also in results/<scale>/timings.csv
-    if "failed" in statuses.values():
+    if {"failed", "interrupted"} & set(statuses.values()):
         return EXIT_FAILED
     if args.verify and any(rows and differs(rows) for rows in comparisons.values()):
         return EXIT_DIFFERS

@@ -6,12 +6,14 @@ trains it (as a syntax tree: reformatting, comments and docstrings do not count)
 one of them is a different key, so a stale model is never reused.
 Entries live in `ONDEVICE_MODEL_CACHE` (default ~/.cache/ondevice-models), one directory each,
 written to a temporary directory and renamed into place, so an interrupted training leaves no
-entry that looks complete.
+entry that looks complete; a lock file per entry keeps two processes from training the same key.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -93,6 +95,28 @@ def load_or_train(
     """
     key = cache_key(name, fields, data, code)
     path = cache_root() / f"{name}-{key[:20]}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _training_lock(path, name, log):
+        return _load_or_train(name, fields, data, code, train, log, key, path)
+
+
+@contextlib.contextmanager
+def _training_lock(path: Path, name: str, log):
+    """One process trains a key; another that wants it (a notebook run beside this one, see
+    report/at_once.py) waits, then reads the stored entry instead of training it twice."""
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"[model cache] {name}: another process is training {path.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _load_or_train(name, fields, data, code, train, log, key: str, path: Path) -> Entry:
     if (path / "info.json").is_file():
         try:
             entry = _read(path, key)
@@ -111,7 +135,6 @@ def load_or_train(
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "train_seconds": time.perf_counter() - start,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         np.savez(tmp / "weights.npz", **{f"w{i}": w for i, w in enumerate(weights)})
