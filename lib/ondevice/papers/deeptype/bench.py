@@ -5,7 +5,8 @@
 Prints: the step time of each technique against full training (fine-tune, SVD compression of
 the softmax), TFLite vs TensorFlow step time, one online batch with and without reuse at several
 lengths, the machine's float32 GEMM FLOP/s and the full LSTM train step's achieved FLOP/s as a
-fraction of it, at the personal batch (16) and the global batch (128), and with XLA compilation.
+fraction of it, at the personal batch (16) and the global batch (128), and with XLA compilation;
+where a step's time goes (`step_parts`); evaluation throughput in positions and words per second.
 The FLOP count is printed with its formula and the numbers that go into it (`step_flops`).
 
 Models have the scale's shape with fresh weights: step time does not depend on the weights.
@@ -65,6 +66,71 @@ def step_flops(config, batch: int, length: int) -> tuple[float, str, str]:
     )
     formula = f"3 x forward per position x batch x length = 3 x {lstm + softmax:,.0f} x {batch} x {length}"
     return total, forward, f"{formula} = {total / 1e9:.4f} GFLOP"
+
+
+def step_parts(model, task, batch: tuple, repeats: int) -> dict[str, float]:
+    """Median ms of one training step cut at its joints (forward; + loss; + gradients; + the
+    optimizer update, i.e. the full step) and of the cross-entropy alone (forward and backward on
+    logits of the step's shape): where the step's time goes, which the FLOP count cannot say, since
+    the cross-entropy's exponentials over every position x vocabulary word are not GEMM FLOPs."""
+    import tensorflow as tf
+
+    from ondevice.training.trainer import make_optimizer
+
+    x, y = (tf.constant(a) for a in batch)
+    variables, opt = model.trainable_variables, make_optimizer("sgd", 0.1, 5.0)
+    opt.build(variables)
+
+    def gradients(x, y):
+        with tf.GradientTape() as tape:
+            loss = task.loss(y, model(x, training=True))
+        return loss, tape.gradient(loss, variables)
+
+    def step(x, y):
+        loss, grads = gradients(x, y)
+        opt.apply_gradients(zip(grads, variables))
+        return loss
+
+    def cross_entropy(logits, y):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = task.loss(y, logits)
+        return tape.gradient(loss, logits)
+
+    logits = tf.random.stateless_normal([*y.shape, model.output_shape[-1]], seed=[5, 6])
+    parts = {
+        "forward": (lambda x, y: tf.reduce_sum(model(x, training=True)), (x, y)),
+        "forward + loss": (lambda x, y: task.loss(y, model(x, training=True)), (x, y)),
+        "forward + loss + gradients": (gradients, (x, y)),
+        "full step (+ SGD update, clip 5)": (step, (x, y)),
+        "cross-entropy alone (forward + backward)": (cross_entropy, (logits, y)),
+    }
+    start, out = model.get_weights(), {}
+    for name, (fn, args) in parts.items():
+        run = lambda f, *a: [tf.convert_to_tensor(t).numpy() for t in tf.nest.flatten(f(*a))]
+        out[name] = _median_seconds(run, repeats, tf.function(fn), *args) * 1e3
+    model.set_weights(start)
+    return out
+
+
+def eval_throughput(model, task, config, n_words: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Positions and words per second of `task.evaluate` (top-k-eff and perplexity) on random
+    samples shaped like DeepType's (3 previous words, then 3-10 typed characters)."""
+    from ondevice.data.typing_samples import Samples
+
+    rng = np.random.default_rng(seed)
+    context, chars = 3, rng.integers(3, 11, n_words)
+    lengths = context + chars
+    total = int(lengths.sum())
+    inputs = rng.integers(2, config.input_vocab, total, dtype=np.int32)
+    labels = rng.integers(2, config.output_vocab, total, dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    samples = Samples(
+        inputs, labels, offsets, np.full(n_words, context, np.int32), chars.astype(np.int32), labels[:n_words]
+    )
+    task.evaluate(model, samples)  # warm-up: tracing
+    seconds = _median_seconds(task.evaluate, 3, model, samples, warmup=0)
+    return total / seconds, n_words / seconds
 
 
 def main(argv=None) -> int:
@@ -169,6 +235,12 @@ def main(argv=None) -> int:
             f"  softmax: {soft / (soft + lstm):.0%} of the forward FLOPs at batch 16; the work full training adds over "
             f"fine-tune runs at ~{rate / 1e9:.1f} GFLOP/s = {rate / peak:.0%} of GEMM"
         )
+    for size in (16, 128):
+        parts = step_parts(model, task, batch(size, args.length), args.repeats)
+        full = parts["full step (+ SGD update, clip 5)"]
+        print(f"  where a step's time goes, batch {size} x length {args.length} (ms, share of the full step):")
+        for name, ms in parts.items():
+            print(f"    {name:42s} {ms:8.2f}  {ms / full:5.0%}")
     # an attempt to raise the fraction: compile the same step with XLA (fuses the LSTM loop's small ops)
     try:
         variables, opt = trainable_variables(model, []), make_optimizer("adam", 1e-3)
@@ -186,6 +258,9 @@ def main(argv=None) -> int:
         "  traffic set its pace; cross-entropy over the vocabulary and Adam's update of the V x H kernel are\n"
         "  memory-bound. Larger batches amortise the per-op overhead but grow the memory-bound logits."
     )
+    print("\n[5] evaluation throughput (task.evaluate: top-k-eff and perplexity, batches of 256)")
+    positions, words = eval_throughput(model, task, config)
+    print(f"  {positions:,.0f} positions/s = {words:,.0f} typed words/s")
     keras.backend.clear_session()
     return 0
 
