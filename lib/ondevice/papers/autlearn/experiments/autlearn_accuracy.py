@@ -77,7 +77,7 @@ class Params(common.AutLearnParams):
     cloud_patience: int = 2
     fedavg_patience: int = 3
     fedavg_evaluate_every: int = 0  # rounds between evaluations; 0 = about one epoch-equivalent
-    seeds: int = 1  # repeats of all training (seed, seed+1, ...); data and users use `seed`
+    seeds: int = 1  # repeats of all training (seed, seed+1, ...); data and users use `seed`; 3 at default
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
@@ -91,7 +91,7 @@ class Params(common.AutLearnParams):
         {
             "smoke": dict(text_cloud_epochs=2, image_cloud_epochs=2, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=2, fedavg_clients=2, fedavg_evaluate_every=1),
-            "default": dict(text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
+            "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
             | dict(image_fedavg_rounds=600, image_fedavg_clients=10),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
             | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
