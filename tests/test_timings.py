@@ -1,5 +1,6 @@
 """The time breakdown reads papermill's per-cell durations and names each cell by its stage."""
 
+import json
 import os
 
 import nbformat
@@ -28,10 +29,13 @@ def test_breakdown_per_notebook_and_stage_is_written_and_printed(tmp_path):
     executed(tmp_path / "a" / "a.ipynb", [("import time", 2.0), ("m = exp.train(p)", 30.0), ("exp.report(m)", 1.5)])
     executed(tmp_path / "b" / "b.ipynb", [("x = common.load(p)", 4.0)])
     (tmp_path / "c.failed").mkdir()  # a failed run's folder has no <name>/<name>.ipynb: not counted
+    run = {"notebook": {"at_once": {"notebooks": 2, "threads": 1}}}
+    (tmp_path / "a" / "run.json").write_text(json.dumps(run))  # as the runner records it
     lines = []
     times = timings.report(tmp_path, log=lines.append)
     stored = pd.read_csv(tmp_path / "timings.csv")
     assert list(stored.stage) == ["import time", "train", "report", "load"]
     assert stored.seconds.sum() == 37.5 and set(stored.notebook) == {"a", "b"}
-    assert len(times) == 4 and any("a " in line and "0.6 min" in line for line in lines)
+    assert len(times) == 4 and any("a " in line and "0.6 min  (2 at once, 1 thread)" in line for line in lines)
+    assert any(line.strip().startswith("[timings]   b") and line.endswith("min") for line in lines)  # no run.json
     assert f"{os.cpu_count()} cores" in lines[0]

@@ -76,6 +76,16 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {platform.system()}"
 
 
+def _at_once(run_json: Path) -> str:
+    """How the notebook ran, from its run.json: beside how many others, on how many threads."""
+    try:
+        at_once = json.loads(run_json.read_text())["notebook"]["at_once"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    threads = f"{at_once['threads']} thread{'s' if at_once['threads'] != 1 else ''}"
+    return f"  ({at_once['notebooks']} at once, {threads})" if at_once["notebooks"] > 1 else f"  (alone, {threads})"
+
+
 def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
     """Write scale_dir/timings.csv and print per-notebook totals and the slowest stages."""
     times = table(scale_dir)
@@ -86,9 +96,10 @@ def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
     per_notebook = times.groupby("notebook").seconds.sum().sort_values(ascending=False)
     log(
         f"[timings] {scale_dir.name} on {machine()}: {per_notebook.sum() / 60:.1f} min in {len(per_notebook)} notebooks"
+        " (notebooks run at once overlap: the wall time is less)"
     )
     for name, seconds in per_notebook.items():
-        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min")
+        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min{_at_once(scale_dir / name / 'run.json')}")
     log(f"[timings] slowest stages (all in {scale_dir / 'timings.csv'}):")
     for row in times.nlargest(top, "seconds").itertuples():
         log(f"[timings]   {row.notebook:<28} {row.stage:<32} {row.seconds / 60:6.1f} min")
