@@ -123,6 +123,7 @@ def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
     assert magnitude_pruning.nonzero_parameters(sparse) < 0.6 * magnitude_pruning.nonzero_parameters(model)
 
 
+@pytest.mark.slow(reason="the same steps through every compiler path, TFLite conversions included")
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():
     from ondevice.papers.autlearn import protocol
     from ondevice.papers.autlearn.experiments import autlearn_cost as exp

@@ -114,6 +114,7 @@ def test_fixed_buckets_cover_every_sample_once(setup, boundaries):
         bk.FixedBuckets((10, 5))
 
 
+@pytest.mark.slow(reason="a compressed model trained, converted to TFLite (a few seconds a conversion) and stepped")
 def test_combined_variant_trains_exports_and_matches_tflite(setup):
     vocab, samples, config = setup
     task = NextWordTask(3)

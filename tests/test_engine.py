@@ -69,6 +69,7 @@ def _table(rows):
     return pd.DataFrame(rows).drop(columns=["train_seconds", "steady_step_seconds", "job_seconds", "pid"])
 
 
+@pytest.mark.slow(reason="two spawned Dask workers each import TensorFlow and train the smoke users")
 def test_smoke_experiment_gives_the_same_rows_in_process_and_on_two_dask_workers(smoke_jobs, dask_engine):
     jobs, shared = smoke_jobs
     with engine.open_engine(SEQUENTIAL) as eng:

@@ -26,6 +26,7 @@ def next_word():
     return model, NextWordTask(), batches
 
 
+@pytest.mark.slow(reason="a Flex-mode conversion of the training signatures, then steps in both runtimes")
 def test_tflite_training_matches_tensorflow_and_really_trains(next_word):
     model, task, batches = next_word
     before = model(batches[0][0]).numpy()
@@ -83,6 +84,7 @@ def test_a_classification_task_exports_with_its_own_signature_and_hooks():
     assert set(inputs) == {"inputs", "labels"}
 
 
+@pytest.mark.slow(reason="two conversions (Flex and builtin) of the training graph, then steps in each")
 def test_parity_table_has_a_column_per_export_mode(next_word):
     """The one parity table: TensorFlow, the Flex export and the builtin export on the same steps."""
     model, task, batches = next_word
