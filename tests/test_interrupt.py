@@ -30,13 +30,16 @@ def sleepy_notebook(path: Path) -> None:
     nbformat.write(nb, path)
 
 
-def start_runner(tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading.Event]:
+def start_runner(tmp_path: Path, names=("sleepy",), at_once: int = 1):
+    """The runner on sleepy notebooks; `started` is set once every one of them is in its cell."""
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
-    sleepy_notebook(notebooks / "sleepy.ipynb")
+    for name in names:
+        sleepy_notebook(notebooks / f"{name}.ipynb")
     env = {**os.environ, "ONDEVICE_RESULTS": str(tmp_path / "results"), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "ondevice.report.runner", "--scale", "smoke", "--notebooks-dir", str(notebooks)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ondevice.report.runner", "--scale", "smoke", "--notebooks-dir", str(notebooks)],
+        [*cmd, "--at-once", str(at_once)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -49,22 +52,27 @@ def start_runner(tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading
     def read():
         for line in proc.stdout:
             lines.append(line)
-            if STARTED in line:
+            if sum(STARTED in seen for seen in lines) == len(names):
                 started.set()
 
     threading.Thread(target=read, daemon=True).start()
     return proc, lines, started
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_stops_kernel_and_leaves_no_result(tmp_path, signum):
-    proc, lines, started = start_runner(tmp_path)
+@pytest.mark.parametrize(
+    "signum, names, at_once",
+    [(signal.SIGINT, ("sleepy",), 1), (signal.SIGTERM, ("sleepy",), 1), (signal.SIGINT, ("sleepy", "dozy"), 2)],
+    ids=["SIGINT", "SIGTERM", "SIGINT, two notebooks at once"],
+)
+def test_signal_stops_kernel_and_leaves_no_result(tmp_path, signum, names, at_once):
+    proc, lines, started = start_runner(tmp_path, names, at_once)
     try:
         assert started.wait(120), "the notebook's cell never started:\n" + "".join(lines)
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert descendants, "no kernel process found under the runner"
         scale_dir = tmp_path / "results" / "smoke"
-        assert list(scale_dir.glob(".staging-sleepy-*")), "the runner should be working in a staging dir"
+        for name in names:
+            assert list(scale_dir.glob(f".staging-{name}-*")), "the runner should be working in a staging dir"
 
         os.killpg(proc.pid, signum)  # what the terminal does to its foreground process group
         assert proc.wait(60) == 130, "".join(lines)
@@ -77,7 +85,8 @@ def test_signal_stops_kernel_and_leaves_no_result(tmp_path, signum):
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {[(p.pid, p.cmdline()) for p in alive]}"
     assert not list(scale_dir.glob(".staging-*")) and not list(scale_dir.glob(".old-*"))
-    assert not (scale_dir / "sleepy").exists() and not (scale_dir / "sleepy.failed").exists()
+    for name in names:
+        assert not (scale_dir / name).exists() and not (scale_dir / f"{name}.failed").exists()
     assert not list(scale_dir.rglob(".complete.json")) and not list(scale_dir.rglob("run.json"))
     assert "interrupted by " + signal.Signals(signum).name in "".join(lines)
 
