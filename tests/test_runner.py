@@ -144,17 +144,20 @@ def test_nothing_published_is_said_and_verify_passes(fake_runs, capsys):
 # --- completion marker: only results this checkout produced are skipped --------------------------
 
 
+def tiny_notebook(path: Path, body: str, params: str = "", **metadata) -> None:
+    """A notebook on the suite's kernel: a `parameters` cell (scale, out_dir and `params`), then `body`."""
+    cell = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""' + (f"\n{params}" if params else ""))
+    cell.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_code_cell(body)])
+    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
+    nb.metadata.update(metadata)
+    nbformat.write(nb, path)
+
+
 def writing_notebook(path: Path, value: float) -> None:
     """A notebook that writes a run.json as result.save would, without the experiment code."""
-    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
     run = {"experiment": "tiny", "headline": {"x": headline(value)}}
-    body = nbformat.v4.new_code_cell(
-        f"import json, pathlib\npathlib.Path(out_dir, 'run.json').write_text(json.dumps({run!r}))"
-    )
-    nb = nbformat.v4.new_notebook(cells=[params, body])
-    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
-    nbformat.write(nb, path)
+    tiny_notebook(path, f"import json, pathlib\npathlib.Path(out_dir, 'run.json').write_text(json.dumps({run!r}))")
 
 
 def test_only_results_this_checkout_completed_are_skipped(tmp_path, monkeypatch):
@@ -181,9 +184,7 @@ def test_finished_jobs_survive_a_failed_run_and_go_with_a_completed_one(tmp_path
     """The kernel gets a jobs directory outside staging: what a failed run stored there is seen
     by the next run, and a completed run removes it."""
     monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
-    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""\nfail = False')
-    params.metadata["tags"] = ["parameters"]
-    body = nbformat.v4.new_code_cell(
+    body = (
         "import json, os, pathlib\n"
         "jobs = pathlib.Path(os.environ['ONDEVICE_JOBS_DIR'])\n"
         "jobs.mkdir(parents=True, exist_ok=True)\n"
@@ -192,10 +193,8 @@ def test_finished_jobs_survive_a_failed_run_and_go_with_a_completed_one(tmp_path
         "assert not fail, 'stopped after user 1'\n"
         "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'jobs', 'resumed': resumed}))"
     )
-    nb = nbformat.v4.new_notebook(cells=[params, body])
-    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
     notebook = tmp_path / "jobs.ipynb"
-    nbformat.write(nb, notebook)
+    tiny_notebook(notebook, body, params="fail = False")
     jobs = tmp_path / "results" / "smoke" / runner.JOBS / "jobs"
 
     assert runner.run_notebook(notebook, "smoke", {"fail": True}) == "failed"
@@ -358,20 +357,14 @@ def test_cpu_flags_and_onednn(monkeypatch):
 
 def timing_notebook(path: Path, measures_time: bool) -> None:
     """A notebook that sleeps 3 s and records when it ran, in a run.json as result.save would."""
-    params = nbformat.v4.new_code_cell('scale = "smoke"\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    body = nbformat.v4.new_code_cell(
+    body = (
         "import json, os, pathlib, time\n"
         "began = time.time()\n"
         "time.sleep(3)\n"
         "ran = {'began': began, 'ended': time.time(), 'threads': os.environ.get('TF_NUM_INTRAOP_THREADS')}\n"
         "pathlib.Path(out_dir, 'run.json').write_text(json.dumps({'experiment': 'tiny', 'ran': ran}))"
     )
-    nb = nbformat.v4.new_notebook(cells=[params, body])
-    nb.metadata["kernelspec"] = {"name": runner.KERNEL, "display_name": "Python (ondevice)", "language": "python"}
-    if measures_time:
-        nb.metadata["ondevice"] = {"measures_time": True}
-    nbformat.write(nb, path)
+    tiny_notebook(path, body, **({"ondevice": {"measures_time": True}} if measures_time else {}))
 
 
 def test_notebooks_run_at_once_and_those_that_measure_time_run_alone_after(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,13 @@ two threads barely speed up: on the 2-core machine of the speed issue, one perso
 runners, each with its share of the CPUs as TensorFlow's thread pools, longest first (by the last
 completed run's wall time) so the long ones do not end alone.
 
+Measured on that machine with warm caches: deeptype_online and autlearn_augment_online took 621 s
+one after the other and 492 s at once (1.26x), with identical results. Where one notebook trains a
+global model at batch 128 with little beside it, one thread costs more than the overlap saves: a
+cold deeptype_data_size beside deeptype_ngram and deeptype_online took longer at once than the
+931 s one after the other. In the whole suite the two lanes stay busy (DeepType's top-3-eff
+notebook is about half of the work that can run at once), which is where running at once pays.
+
 Notebooks that measure time (notebook metadata `ondevice.measures_time`: a timing claim, a
 step-time benchmark, an energy model built on step times) run afterwards, one at a time, with the
 whole machine: a notebook beside them would slow their timed steps. Every run.json records how many
