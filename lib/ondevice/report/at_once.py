@@ -11,8 +11,9 @@ Measured on that machine with warm caches: deeptype_online and autlearn_augment_
 one after the other and 492 s at once (1.26x), with identical results. Where one notebook trains a
 global model at batch 128 with little beside it, one thread costs more than the overlap saves: a
 cold deeptype_data_size beside deeptype_ngram and deeptype_online took 1,027 s at once against
-931 s one after the other (0.91x; its largest model 479 s on one thread, alone at the end). In the whole suite the two lanes stay busy (DeepType's top-3-eff
-notebook is about half of the work that can run at once), which is where running at once pays.
+931 s one after the other (0.91x; its largest model 479 s on one thread, alone at the end). In
+the whole suite the two lanes stay busy (DeepType's top-3-eff notebook is about half of the work
+that can run at once), which is where running at once pays.
 
 Notebooks that measure time (notebook metadata `ondevice.measures_time`: a timing claim, a
 step-time benchmark, an energy model built on step times) run afterwards, one at a time, with the
