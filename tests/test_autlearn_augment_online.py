@@ -341,10 +341,12 @@ def test_ablation_reuses_a3_runs_exactly_and_summarises_against_the_originals(wr
     from ondevice.papers.autlearn.experiments import autlearn_augment_online as exp
 
     images, pre = writers
-    params = _ablation_params(image_personal_learning_rate=0.03)
+    params = _ablation_params(image_personal_learning_rate=0.03, seeds=1)
     runs = ab.runs(params)
     assert len(runs) == 2 * 3 + 3 and (ab.GENERATED, "rotation", 2) in runs and (ab.COPIES, "-", 1) in runs
-    a3 = exp.augment_images(params, type("D", (), {"images": images}), {"image": pre}, log=lambda m: None)
+    a3 = exp.augment_images(
+        params, type("D", (), {"images": images}), {"image": {params.seed: pre}}, log=lambda m: None
+    )
     reused = ab.rows(params, images, pre, a3, log=lambda m: None)
     trained = ab.rows(params, images, pre, None, log=lambda m: None)
     pd.testing.assert_frame_equal(reused, trained)  # A3's two runs, trained again, give A3's numbers

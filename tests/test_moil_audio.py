@@ -145,6 +145,7 @@ def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch,
         timing_steps=2,
         warmup_steps=1,
         tflite_check_steps=0,
+        seeds=1,
     )
     lines = []
     result = exp.run(params, log=lines.append)

@@ -182,6 +182,9 @@ def moil_audio_sanity(out: Path) -> None:
     history = pd.read_csv(out / "tables" / "history.csv")
     assert history[["global_auc", "local_auc"]].stack().between(0, 1).all()
     assert (pd.read_csv(out / "tables" / "fmc_equality.csv")["max |AUC difference|"] <= 1e-6).all()
+    seeds = json.loads((out / "run.json").read_text())["params"]["seeds"]  # every run once per seed, paired
+    assert seeds >= 2 and (runs.groupby("run").seed.nunique() == seeds).all()
+    assert (pd.read_csv(out / "tables" / "effects.csv").seeds == seeds).all()
     cache = pd.read_csv(out / "tables" / "cache_size.csv")
     assert (cache.bytes > 0).all() and (cache["vs raw float32 waveform"] > 0).all()
     bench = pd.read_csv(out / "tables" / "benchmark.csv")
@@ -238,7 +241,7 @@ def autlearn_augment_online_sanity(out: Path) -> None:
     text, image = aug[aug.model == "LSTM"], aug[aug.model == "MobileNet"]
     assert (text.generated_sentences <= text.original_sentences).all()  # the 1x cap (augment_cap = 1)
     assert (image.generated_images <= image.original_images).all()
-    with_, without = (image[image.augmentation == c].set_index("user") for c in ("with", "without"))
+    with_, without = (image[image.augmentation == c].set_index(["seed", "user"]) for c in ("with", "without"))
     assert (with_.train_samples == without.train_samples + with_.generated_images).all()
     online = pd.read_csv(t / "online.csv")
     assert online[["top1_stream", "top1_last"]].stack().between(0, 1).all()
@@ -248,8 +251,12 @@ def autlearn_augment_online_sanity(out: Path) -> None:
     assert (online.scored_samples <= online.stream_samples).all()
     curve = pd.read_csv(t / "curve.csv")
     assert curve.cumulative_top1.between(0, 1).all()
-    assert np.allclose(curve.groupby(["model", "user", "condition"]).fraction.max(), 1)
-    assert pd.read_csv(t / "online_image_selection.csv").chosen.sum() == 1
+    assert np.allclose(curve.groupby(["seed", "model", "user", "condition"]).fraction.max(), 1)
+    seeds = json.loads((out / "run.json").read_text())["params"]["seeds"]  # all of it once per seed, paired
+    assert seeds >= 2 and pd.read_csv(t / "online_image_selection.csv").groupby("seed").chosen.sum().eq(1).all()
+    for table in (aug, online):
+        assert table.groupby(["model", "user"]).seed.nunique().eq(seeds).all()
+    assert (pd.read_csv(t / "effects.csv").seeds == seeds).all()
     _rates_chosen_on_validation_users(out, pd.concat([aug, online]))
 
 

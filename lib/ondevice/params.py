@@ -61,6 +61,11 @@ class Params:
             raise ParameterError(f"parameter(s) {both} given both directly and in 'overrides'")
         return cls.for_scale(namespace.get("scale", "default"), namespace.get("seed", 0), **direct, **overrides)
 
+    @property
+    def seed_list(self) -> list[int]:
+        """The training repeats: seed, seed + 1, ... for an experiment with a `seeds` field, else [seed]."""
+        return [self.seed + i for i in range(getattr(self, "seeds", 1))]
+
     def check(self) -> None:
         """Raise ParameterError naming the parameter when a value is impossible."""
 

@@ -348,6 +348,51 @@ def online_rows(params, kind: str, trainer, start, user_streams: dict, log):
     return pd.DataFrame(rows), pd.DataFrame(curve)
 
 
+def online_candidate(text: str) -> tuple[str, float] | None:
+    """An online update "optimizer:rate" ('sgd:0.01' -> ('sgd', 0.01)); None when malformed."""
+    name, _, rate = text.partition(":")
+    try:
+        value = float(rate)
+    except ValueError:
+        return None
+    return (name, value) if name in ("sgd", "adam") and value > 0 else None
+
+
+def image_roles(params, images: common.ImageData) -> dict[str, tuple[str, ...]]:
+    """Writers by role, drawn at random from their own stream: "head" and "validation" (public,
+    the cloud's) and "users" (the streaming users) for A4; the same for every seed."""
+    order = streams.rng(params.seed, "autlearn/public-writers").permutation(len(images.users))
+    n_public = max(2, min(len(order) - 2, round(params.image_public_fraction * len(order))))
+    n_val = max(1, min(n_public - 1, round(params.image_validation_fraction * n_public)))
+    pick = lambda idx: tuple(sorted(images.users[i] for i in idx))
+    return {"head": pick(order[n_val:n_public]), "validation": pick(order[:n_val]), "users": pick(order[n_public:])}
+
+
+def online_images(params, images: common.ImageData, pre: common.Pretrained, roles: dict, candidates, log):
+    """A4 for MobileNet: the cloud trains the head on its public writers (`roles["head"]`) and
+    chooses the online update among `candidates` on its validation writers by online's gain; each
+    user's images in LEAF's order (training part, then test part) then stream through that head,
+    with and without online updates. Returns the users' rows and curve, the selection table, the
+    update chosen."""
+    pooled = images.pooled(roles["head"], ("train", "test"))
+    PersonalTrainer(params, "image", pre.model).fit(pre.weights, pooled, streams.rng(params.seed, "batches/cloud-head"))
+    start = pre.model.get_weights()
+    log(f"cloud head trained on {len(roles['head'])} public writers ({len(pooled[1])} images)")
+    stream = lambda users: {u: image_stream(*images.pooled([u], ("train", "test"))) for u in users}
+    trainer = lambda candidate: online_trainer(params, "image", pre.model, *online_candidate(candidate))
+
+    def gain(candidate: dict) -> float:
+        update, quiet = trainer(candidate["update"]), lambda _: None
+        rows, _ = online_rows(params, "image", update, start, stream(roles["validation"]), quiet)
+        wide = rows.pivot(index="user", columns="condition", values="top1_stream")
+        return float((wide["online"] - wide["pre-trained"]).mean())
+
+    best, table = selection.select([{"update": c} for c in candidates], gain, log)
+    table = table.rename(columns={"score": "validation gain (top-1, absolute)"})
+    rows, curve = online_rows(params, "image", trainer(best["update"]), start, stream(roles["users"]), log)
+    return rows, curve, table, best["update"]
+
+
 def time_steps(step, batches: list, timing_steps: int, warmup_steps: int, repeats: int = 1) -> tuple[float, int]:
     """Steady-state seconds per step and the steps timed per pass: the first `timing_steps`
     batches, in order, after every distinct batch shape among them ran `warmup_steps` times untimed

@@ -112,10 +112,6 @@ class CollaParams(Params):
         self.require(self.sequence in places.SEQUENCES, "sequence", f"must be one of {places.SEQUENCES}")
         self.require(0 < self.validation_fraction < 1, "validation_fraction", "must be in (0, 1)")
 
-    @property
-    def seed_list(self) -> list[int]:
-        return [self.seed + i for i in range(self.seeds)]
-
     def place_rule(self) -> places.PlaceRule:
         return places.PlaceRule(
             cell_m=self.cell_m,

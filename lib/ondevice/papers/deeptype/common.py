@@ -142,10 +142,6 @@ class DeepTypeParams(Params):
         for name in names:
             self.require(getattr(self, name) >= minimum, name, f"must be at least {minimum}")
 
-    @property
-    def seed_list(self) -> list[int]:
-        return [self.seed + i for i in range(self.seeds)]
-
     def split_rule(self) -> SplitRule:
         names = ("test_users", "test_min_words", "validation_users", "validation_min_words", "validation_max_words")
         return SplitRule(*(getattr(self, n) for n in names), self.seed, self.crowd_excludes_groups)

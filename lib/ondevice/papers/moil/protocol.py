@@ -63,15 +63,12 @@ class MoilParams(Params):
     timing_steps: int = 30  # steps timed for a configuration outside its training run (the thesis's 30)
     tflite_check_steps: int = 3  # training steps compared through the TFLite interpreter (0: skip)
     bootstrap: int = 2000  # resamples of every interval
+    seeds: int = 1  # training repeats: seed, seed + 1, ... (the data, classes and splits follow `seed`)
 
     UNITS: ClassVar[int] = 0  # the model's units, "layers" as the thesis counts them
 
-    @property
-    def seed_list(self) -> list[int]:
-        """The seeds of the incremental runs."""
-        return [self.seed]
-
     def check(self) -> None:
+        self.require(self.seeds >= 1, "seeds", "must be >= 1")
         self.require(0 < self.alpha <= 1, "alpha", "must lie in (0, 1] (GDM(alpha) is judged against GDM(0))")
         self.require(
             all(0 <= a <= 1 for a in self.alphas) and 0.0 in self.alphas and self.alpha in self.alphas,

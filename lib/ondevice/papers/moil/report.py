@@ -185,19 +185,16 @@ def accuracy_verdicts(effects_table: pd.DataFrame, stand_in: str | None) -> str:
 # ----------------------------------------------------------------------------------- audio
 
 
-def fmc_equality(cached: Run, lf: Run) -> pd.DataFrame:
-    """FMC vs LF without caching, epoch by epoch (same seed, same batches)."""
-    a, b = pd.DataFrame(cached.history), pd.DataFrame(lf.history)
-    return pd.DataFrame(
-        {
-            "epoch": a.epoch,
-            "global AUC, LF": b.global_auc,
-            "global AUC, FMC": a.global_auc,
-            "local AUC, LF": b.local_auc,
-            "local AUC, FMC": a.local_auc,
-            "max |AUC difference|": np.maximum((a.global_auc - b.global_auc).abs(), (a.local_auc - b.local_auc).abs()),
-        }
-    )
+def fmc_equality(cached: list[Run], lf: list[Run]) -> pd.DataFrame:
+    """FMC vs LF without caching, epoch by epoch and seed by seed (same seed, same batches)."""
+    tables = []
+    for c, plain in zip(cached, lf):
+        a, b = pd.DataFrame(c.history), pd.DataFrame(plain.history)
+        difference = np.maximum((a.global_auc - b.global_auc).abs(), (a.local_auc - b.local_auc).abs())
+        columns = {"seed": c.seed, "epoch": a.epoch, "global AUC, LF": b.global_auc, "global AUC, FMC": a.global_auc}
+        columns |= {"local AUC, LF": b.local_auc, "local AUC, FMC": a.local_auc, "max |AUC difference|": difference}
+        tables.append(pd.DataFrame(columns))
+    return pd.concat(tables, ignore_index=True)
 
 
 def cache_table(cached: Run, data: AudioData) -> pd.DataFrame:

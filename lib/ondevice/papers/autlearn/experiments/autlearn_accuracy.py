@@ -110,10 +110,6 @@ class Params(common.AutLearnParams):
             self.require(getattr(self, name) > 0, name, "must be positive")
         self.at_least(100, "bootstrap")
 
-    @property
-    def seed_list(self) -> list[int]:
-        return [self.seed + i for i in range(self.seeds)]
-
     def fedavg_setting(self, kind: str) -> tuple[int, int]:
         """(rounds, clients per round) of FedAvg for a model kind."""
         if kind == "image":

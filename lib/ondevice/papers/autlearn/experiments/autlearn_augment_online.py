@@ -16,13 +16,16 @@ writers (`image_public_fraction`); the online update (`online_image_candidates`)
 own validation writers by online's gain, never on streaming users.
 
 Top-1 throughout (text: the next word before any character is typed; `<unk>` never counts as right);
-effects: relative changes of the mean over users, paired bootstrap interval, absolute change beside.
-Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `augment_text`, `augment_images`,
-`augment_ablation.run`, `online_text`, `online_images`, `conclude`; `run` calls them all.
+effects: relative changes of the mean over users, averaged over `seeds` (each seed: its own public
+models, draws and batch orders; users, writers' roles and rates follow `seed`), paired bootstrap
+interval over users, absolute change beside. Stages, one per notebook section: `load`, `pretrain`,
+`choose_rates`, `augment_text`, `augment_images`, `ablation`, `online_text`, `online_images`,
+`conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -35,9 +38,7 @@ from ondevice.data.typing_samples import build_samples
 from ondevice.papers.autlearn import augment_ablation, common, protocol, report
 from ondevice.papers.autlearn.report import plot_augmentation, plot_curve  # noqa: F401  (the notebook's figures)
 from ondevice.papers.autlearn.techniques import eda, image_augment
-from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 from ondevice.report import claims, facts, record
-from ondevice.training import selection
 
 NAME = "autlearn_augment_online"
 MODELS = common.MODEL_NAMES
@@ -85,14 +86,16 @@ class Params(common.AutLearnParams):
     online_image_candidates: tuple[str, ...] = ONLINE_IMAGE_CANDIDATES  # "optimizer:rate", the more conservative first
     curve_points: int = 10
     bootstrap: int = 2000
+    seeds: int = 1  # repeats of the public models and all training (seed, seed + 1, ...)
 
     # text_users: 6 at default to fit the CPU budget (A3 trains every user's softmax twice, A4
     # streams every user's data twice). Smoke: two FEMNIST file pairs (10 writers), all used, so that
     # A4 has public, validation and streaming writers; 15 head epochs (cheap on cached features).
     PRESETS = common.presets(
         {
-            "smoke": dict(femnist_pairs=2, image_users=0, image_personal_epochs=15, bootstrap=300, curve_points=5),
-            "default": dict(text_users=6),
+            "smoke": dict(femnist_pairs=2, image_users=0, image_personal_epochs=15, bootstrap=300, curve_points=5)
+            | dict(seeds=2),
+            "default": dict(text_users=6, seeds=3),
         }
     )
 
@@ -103,23 +106,13 @@ class Params(common.AutLearnParams):
             chosen = getattr(self, name)
             self.require(bool(chosen) and set(chosen) <= set(ops), name, f"must be a non-empty subset of {ops}")
         self.positive("eda_n_aug", "augment_cap")
-        self.at_least(1, "image_n_aug", "online_batch_size")
+        self.at_least(1, "image_n_aug", "online_batch_size", "seeds")
         self.require(all(e >= 1 for e in self.ablation_epochs), "ablation_epochs", "must be epochs >= 1")
         self.between("(0, 1)", "last_fraction", "image_public_fraction", "image_validation_fraction")
-        ok = bool(self.online_image_candidates) and all(map(_candidate, self.online_image_candidates))
+        ok = bool(self.online_image_candidates) and all(map(protocol.online_candidate, self.online_image_candidates))
         self.require(ok, "online_image_candidates", "must list 'sgd:<rate>' or 'adam:<rate>' with positive rates")
         self.at_least(2, "curve_points")
         self.at_least(100, "bootstrap")
-
-
-def _candidate(text: str) -> tuple[str, float] | None:
-    """'sgd:0.01' -> ('sgd', 0.01); None when malformed."""
-    name, _, rate = text.partition(":")
-    try:
-        value = float(rate)
-    except ValueError:
-        return None
-    return (name, value) if name in ("sgd", "adam") and value > 0 else None
 
 
 @dataclass
@@ -142,15 +135,29 @@ def load(params: Params, log=print) -> Data:
     return Data(text, images, wn, manifest)
 
 
-def pretrain(params: Params, data: Data, log=print) -> dict[str, common.Pretrained]:
-    """The public pre-trained models (the LSTM from the model cache or trained on Sent140)."""
-    text = common.pretrained_text(params, data.text, log)
-    return {"text": text, "image": common.pretrained_image(params, data.images, log)}
+def pretrain(params: Params, data: Data, log=print) -> dict[str, dict[int, common.Pretrained]]:
+    """The public pre-trained models per kind and seed (the LSTM from the model cache or trained on Sent140)."""
+    text = {s: common.pretrained_text(params, data.text, log, s) for s in params.seed_list}
+    return {"text": text, "image": {s: common.pretrained_image(params, data.images, log, s) for s in params.seed_list}}
+
+
+def pretraining(models: dict) -> pd.DataFrame:
+    """The LSTM's pre-training curve of every seed."""
+    return pd.concat([m.history().assign(seed=s) for s, m in models["text"].items()], ignore_index=True)
 
 
 def choose_rates(params: Params, data: Data, models: dict, log=print) -> tuple[Params, pd.DataFrame]:
-    """The on-device rates chosen on the validation users (never the test users)."""
-    return protocol.choose_rates(params, data.text, data.images, models, log)
+    """The on-device rates chosen on the validation users (never the test users), with the first seed's models."""
+    first = {kind: by_seed[params.seed] for kind, by_seed in models.items()}
+    return protocol.choose_rates(params, data.text, data.images, first, log)
+
+
+def _seeds(params: Params, stage):
+    """`stage(params, seed)` for every seed (params with that seed: its draws and batch orders),
+    the tables it returns stacked with a seed column."""
+    outs = [stage(dataclasses.replace(params, seed=s), s) for s in params.seed_list]
+    stack = lambda i: pd.concat([o[i].assign(seed=s) for o, s in zip(outs, params.seed_list)], ignore_index=True)
+    return tuple(stack(i) for i in range(len(outs[0])))
 
 
 def make_eda(params: Params, data: Data) -> eda.EDA:
@@ -168,84 +175,75 @@ def eda_examples(params: Params, data: Data, n: int = 4) -> pd.DataFrame:
 
 
 def augment_text(params: Params, data: Data, models: dict, log=print) -> pd.DataFrame:
-    """Per user: AutLearn's step on the training part without and with EDA; top-1 on the test part."""
+    """Per seed and user: AutLearn's step on the training part without and with EDA; top-1 on the test part."""
     text, made = data.text, make_eda(params, data)
 
-    def augment(user):
-        sents, rng = text.train_sentences[user], streams.rng(params.seed, f"eda/{user}")
-        more = eda.augment_corpus(made, sents, rng, params.eda_n_aug, params.augment_cap)
-        return build_samples(sents + more, text.vocab, text.context_words), len(more)
+    def one(p: Params, seed: int):
+        def augment(user):
+            sents, rng = text.train_sentences[user], streams.rng(seed, f"eda/{user}")
+            more = eda.augment_corpus(made, sents, rng, p.eda_n_aug, p.augment_cap)
+            return build_samples(sents + more, text.vocab, text.context_words), len(more)
 
-    return protocol.augmented_steps(params, "text", text, models["text"], augment, "sentences", log)
+        return (protocol.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
+
+    return _seeds(params, one)[0]
 
 
 def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.DataFrame:
-    """Per writer: AutLearn's step (the MobileNet head on the writer's LEAF training images) without
-    and with crop/rotation/translation; top-1 on the writer's test images."""
+    """Per seed and writer: AutLearn's step (the MobileNet head on the writer's LEAF training images)
+    without and with crop/rotation/translation; top-1 on the writer's test images."""
     images, augmenter = data.images, image_augment.ImageAugmenter(params.image_operations)
-    augment = lambda user: augment_ablation.training_set(params, images, user, augmenter)
-    return protocol.augmented_steps(params, "image", images, models["image"], augment, "images", log)
+
+    def one(p: Params, seed: int):
+        augment = lambda user: augment_ablation.training_set(p, images, user, augmenter)
+        return (protocol.augmented_steps(p, "image", images, models["image"][seed], augment, "images", log),)
+
+    return _seeds(params, one)[0]
+
+
+def ablation(params: Params, data: Data, models: dict, image_aug: pd.DataFrame, log=print) -> pd.DataFrame:
+    """MobileNet's augmentation change taken apart (`augment_ablation`), on the first seed."""
+    first = image_aug[image_aug.seed == params.seed]
+    return augment_ablation.run(params, data.images, models["image"][params.seed], first, log)
 
 
 def online_text(params: Params, data: Data, models: dict, log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each user's sentences in order (training part, then test part) through the pre-trained LSTM,
-    with and without online updates of its softmax."""
-    text, pre = data.text, models["text"]
-    trainer = protocol.online_trainer(params, "text", pre.model)
-    return protocol.online_rows(
-        params, "text", trainer, pre.weights, {u: protocol.text_stream(text, u) for u in text.users}, log
-    )
+    """Per seed, each user's sentences in order (training part, then test part) through the
+    pre-trained LSTM, with and without online updates of its softmax."""
+    user_streams = {u: protocol.text_stream(data.text, u) for u in data.text.users}
 
+    def one(p: Params, seed: int):
+        pre = models["text"][seed]
+        return protocol.online_rows(
+            p, "text", protocol.online_trainer(p, "text", pre.model), pre.weights, user_streams, log
+        )
 
-def image_split(params: Params, images: common.ImageData) -> dict[str, tuple[str, ...]]:
-    """Writers by role, drawn at random from their own stream: "head" and "validation" (public,
-    the cloud's) and "users" (the streaming users)."""
-    order = streams.rng(params.seed, "autlearn/public-writers").permutation(len(images.users))
-    n_public = max(2, min(len(order) - 2, round(params.image_public_fraction * len(order))))
-    n_val = max(1, min(n_public - 1, round(params.image_validation_fraction * n_public)))
-    pick = lambda idx: tuple(sorted(images.users[i] for i in idx))
-    return {"head": pick(order[n_val:n_public]), "validation": pick(order[:n_val]), "users": pick(order[n_public:])}
+    return _seeds(params, one)
 
 
 def online_images(params: Params, data: Data, models: dict, log=print):
-    """The cloud trains the MobileNet head on its public writers' images and chooses the online
-    update on its validation writers; each user's images in LEAF's order (training part, then test
-    part) then stream through that head, with and without online updates. Returns the users'
-    rows and curve, the selection table and notes."""
-    images, pre = data.images, models["image"]
-    roles = image_split(params, images)
-    pooled = images.pooled(roles["head"], ("train", "test"))
-    rng = streams.rng(params.seed, "batches/cloud-head")
-    protocol.PersonalTrainer(params, "image", pre.model).fit(pre.weights, pooled, rng)
-    start = pre.model.get_weights()
-    log(
-        f"cloud head trained on {len(roles['head'])} public writers ({len(pooled[1])} images); "
-        f"{len(roles['validation'])} validation writers; {len(roles['users'])} streaming users"
-    )
-    stream = lambda users: {u: protocol.image_stream(*images.pooled([u], ("train", "test"))) for u in users}
+    """Per seed, A4 for MobileNet (`protocol.online_images`: the cloud's head on public writers, the
+    online update chosen on validation writers, the users' streams). Returns the users' rows and
+    curve, the selection table and notes."""
+    roles, chosen = protocol.image_roles(params, data.images), {}
+    candidates = params.online_image_candidates
 
-    def trainer(candidate: str) -> OnlineTrainer:
-        optimizer, rate = _candidate(candidate)
-        return protocol.online_trainer(params, "image", pre.model, optimizer, rate)
+    def one(p: Params, seed: int):
+        rows, curve, table, chosen[seed] = protocol.online_images(
+            p, data.images, models["image"][seed], roles, candidates, log
+        )
+        return rows, curve, table
 
-    def gain(candidate: dict) -> float:
-        update, quiet = trainer(candidate["update"]), lambda m: None
-        rows, _ = protocol.online_rows(params, "image", update, start, stream(roles["validation"]), quiet)
-        wide = rows.pivot(index="user", columns="condition", values="top1_stream")
-        return float((wide["online"] - wide["pre-trained"]).mean())
-
-    best, table = selection.select([{"update": c} for c in params.online_image_candidates], gain, log)
-    table = table.rename(columns={"score": "validation gain (top-1, absolute)"})
-    rows, curve = protocol.online_rows(params, "image", trainer(best["update"]), start, stream(roles["users"]), log)
+    rows, curve, table = _seeds(params, one)
     notes = dict(public_writers=len(roles["head"]), validation_writers=len(roles["validation"]))
-    notes |= dict(public_images=int(len(pooled[1])), streaming_writers=len(roles["users"]))
-    notes |= dict(online_image_update=best["update"])
+    notes |= dict(streaming_writers=len(roles["users"]), online_image_update=chosen)
     return rows, curve, table, notes
 
 
-def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> pd.DataFrame:
-    """Each claim: paired bootstrap over users of the relative change of the mean top-1."""
-    numbers, rows, n_boot = {n.quantity: n.value for n in PAPER.numbers}, [], params.bootstrap
+def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Each claim: paired bootstrap over users of the relative change of the mean top-1 (averaged
+    over seeds), and each claim's change per seed."""
+    numbers, rows, n_boot, per_seed = {n.quantity: n.value for n in PAPER.numbers}, [], params.bootstrap, {}
     sources = {
         "augmentation": (augmented, "augmentation", "with", "without"),
         "online": (online, "condition", "online", "pre-trained"),
@@ -257,24 +255,26 @@ def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> pd
         rng = streams.rng(params.seed, f"bootstrap/{technique}/{kind}/{part}")
         absolute = {"absolute change of the mean": float(better.mean() - worse.mean())}
         rows.append(report.effect_row(claim, numbers.get(quantity, np.nan), better, worse, rng, n_boot, **absolute))
-    return pd.DataFrame(rows)
+        per_seed[claim] = list(better.mean(axis=1) / worse.mean(axis=1) - 1)
+    return pd.DataFrame(rows), per_seed
 
 
 def conclude(
     params, data, models, examples, augmented, online, curve, image_selection, image_notes, rates, wall_time_s, ablation
 ) -> record.Result:
-    """Tables, headline numbers, the paper's numbers beside ours, the verdicts and the diagnoses."""
-    claim = CLAIMS[("augmentation", "image", "test")][0]
-    eff = augment_ablation.diagnose(params, effects(params, augmented, online), claim, ablation)
+    """Tables, headline numbers over seeds, the paper's numbers beside ours, the verdicts and the diagnoses."""
+    claim, (eff, per_seed) = CLAIMS[("augmentation", "image", "test")][0], effects(params, augmented, online)
+    eff = augment_ablation.diagnose(params, eff, claim, ablation)
     ours = {q: float(eff.loc[eff.effect == c, "our change"].iloc[0]) for (_, _, part), (c, q) in CLAIMS.items() if q}
-    headline = {q: claims.headline([v]) for q, v in ours.items()}
+    headline = {q: claims.headline(list(map(float, per_seed[c]))) for (_, _, _), (c, q) in CLAIMS.items() if q}
     tables = dict(data=data.table(), eda_examples=examples, augmentation=augmented, online=online, curve=curve)
     tables |= dict(online_image_selection=image_selection, summary=report.augment_online_summary(augmented, online))
-    tables |= dict(pretraining=models["text"].history(), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff)
+    tables |= dict(pretraining=pretraining(models), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff)
     tables |= dict(rate_selection=rates, augmentation_ablation=ablation)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest, data.wordnet_manifest)]
     notes = dict(text_users=list(data.text.users), image_users=list(data.images.users), **image_notes)
-    notes |= dict(pretrained_lstm_from_cache=models["text"].from_cache, femnist_classes=femnist.CLASSES)
+    cached = {s: m.from_cache for s, m in models["text"].items()}
+    notes |= dict(pretrained_lstm_from_cache=cached, femnist_classes=femnist.CLASSES, seeds=params.seed_list)
     notes |= report.rate_notes(params, data.text, data.images)
     return report.result(NAME, params, tables, headline, manifests, STAND_IN, wall_time_s, **notes)
 
@@ -291,10 +291,10 @@ def run(params: Params, log=print) -> record.Result:
     params, rates = choose_rates(params, data, models, log)
     examples = eda_examples(params, data)
     text_aug, image_aug = augment_text(params, data, models, log), augment_images(params, data, models, log)
-    ablation = augment_ablation.run(params, data.images, models["image"], image_aug, log)
+    ablated = ablation(params, data, models, image_aug, log)
     augmented = pd.concat([text_aug, image_aug])
     t_rows, t_curve = online_text(params, data, models, log)
     i_rows, i_curve, i_selection, notes = online_images(params, data, models, log)
     online, curve = pd.concat([t_rows, i_rows]), pd.concat([t_curve, i_curve])
     wall = time.perf_counter() - start
-    return conclude(params, data, models, examples, augmented, online, curve, i_selection, notes, rates, wall, ablation)
+    return conclude(params, data, models, examples, augmented, online, curve, i_selection, notes, rates, wall, ablated)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ondevice import streams
@@ -42,7 +43,8 @@ PAPER = facts.paper(NAME)
 PAPER_TIME = {n.quantity: n.value for n in facts.paper(NAME, "time").numbers}  # judged on measured step times
 PANELS = ("(a) global AUC (held-out classes)", "(b) local AUC (user's validation clips)")  # titles of the curves
 OWN_PRESETS = {
-    "smoke": dict(local_classes=3, global_classes=3, alpha=0.5, alphas=(0.0, 0.5), n=2, forgetting_rates=(5e-5,)),
+    "smoke": dict(local_classes=3, global_classes=3, alpha=0.5, alphas=(0.0, 0.5), n=2, forgetting_rates=(5e-5,))
+    | dict(seeds=2),
     "default": dict(  # local_val_fraction is the thesis's 0.2: 2 of each class's 8-10 clips
         local_classes=20,
         global_classes=30,
@@ -51,8 +53,9 @@ OWN_PRESETS = {
         ns=(1, 3, 5),
         epochs=5,  # the thesis's 10 would double the training; at 5e-4 GDM(0) forgets most in epoch 1
         bootstrap=1000,
+        seeds=3,  # every sweep and FMC run three times (the forgetting ablation: the first seed)
     ),
-    "paper": {},
+    "paper": dict(seeds=3),
 }
 
 
@@ -83,10 +86,10 @@ def lf_sweep(params: Params, data: AudioData, pre: Pretrained, log=print) -> lis
     return protocol.lf_sweep(params, Personalizer(params, data, pre), log)
 
 
-def fmc(params: Params, data: AudioData, pre: Pretrained, lf_runs: list[Run], log=print) -> tuple[Run, Run]:
-    """GDM(alpha) + LF(n) + FMC, and the LF(n) run without the cache it must equal."""
-    (cached,) = protocol.fmc(params, Personalizer(params, data, pre), log)
-    return cached, next(r for r in lf_runs if r.n == params.n)
+def fmc(params: Params, data: AudioData, pre: Pretrained, lf_runs: list[Run], log=print):
+    """GDM(alpha) + LF(n) + FMC per seed, and the LF(n) runs without the cache they must equal."""
+    cached = protocol.fmc(params, Personalizer(params, data, pre), log)
+    return cached, [next(r for r in lf_runs if r.n == params.n and r.seed == c.seed) for c in cached]
 
 
 def forgetting_ablation(params: Params, data: AudioData, pre: Pretrained, alpha_runs, lf_runs, log=print):
@@ -101,17 +104,18 @@ def on_device(params: Params, data: AudioData, pre: Pretrained, log=print):
 
 
 def history_table(runs: list[Run]) -> pd.DataFrame:
-    """Loss, AUCs and seconds per epoch of every run (epoch 0: the pre-trained model)."""
-    rows = [{"run": r.name, **h} for r in runs for h in r.history]
-    return pd.DataFrame(rows)[["run", "epoch", "global_auc", "local_auc", "loss", "epoch_seconds"]]
+    """Loss, AUCs and seconds per epoch of every run and seed (epoch 0: the pre-trained model)."""
+    rows = [{"run": r.name, "seed": r.seed, **h} for r in runs for h in r.history]
+    return pd.DataFrame(rows)[["run", "seed", "epoch", "global_auc", "local_auc", "loss", "epoch_seconds"]]
 
 
 def runs_table(runs: list[Run], pre: Pretrained, params: Params) -> pd.DataFrame:
-    """Each run's AUCs after its last epoch, against the pre-trained model's, and its training time."""
+    """Each run's (and seed's) AUCs after its last epoch, against the pre-trained model's, and its training time."""
     return pd.DataFrame(
         [
             {
                 "run": r.name,
+                "seed": r.seed,
                 "alpha": r.alpha,
                 "n": r.n or 0,
                 "fmc": r.fmc,
@@ -135,19 +139,21 @@ def conclude(
     pre: Pretrained,
     alpha_runs: list[Run],
     lf_runs: list[Run],
-    cached: Run,
-    lf: Run,
+    cached: list[Run],
+    lf: list[Run],
     ablation: forgetting.Ablation,
     bench: pd.DataFrame,
     on_device_table,
     flatbuffer,
     wall_time_s: float,
 ) -> record.Result:
-    """Tables, headline numbers, the thesis's numbers beside ours and three-way verdicts."""
-    global_auc = {r.alpha: r.scores["global"] for r in alpha_runs}
-    g0, ga = global_auc[0.0], global_auc[params.alpha]
-    lf_auc, fmc_auc = lf.scores["global"], cached.scores["global"]
-    cache = cache_table(cached, data)
+    """Tables, headline numbers over seeds, the thesis's numbers beside ours and three-way verdicts;
+    effects pair AudioSet classes and seeds, (seeds, classes) arrays."""
+    auc = lambda runs, part="global": np.stack([r.scores[part].to_numpy() for r in sorted(runs, key=lambda r: r.seed)])
+    by_alpha = {a: auc([r for r in alpha_runs if r.alpha == a]) for a in params.alphas}
+    g0, ga, lf_auc, fmc_auc = by_alpha[0.0], by_alpha[params.alpha], auc(lf), auc(cached)
+    pre_global = np.stack([pre.global_auc.to_numpy()] * len(params.seed_list))
+    cache = cache_table(cached[0], data)
     ten = cache[cache.per == "10 s of audio"].set_index("what").bytes
     ours = {
         "global AUC, pre-trained": float(pre.global_auc.mean()),
@@ -156,7 +162,7 @@ def conclude(
         "global AUC, GDM(alpha) + LF(n)": float(lf_auc.mean()),
         "global AUC, GDM(alpha) + LF(n) + FMC": float(fmc_auc.mean()),
         "largest global AUC loss over the alpha sweep": float(
-            max(1 - r.scores["global"].mean() / pre.global_auc.mean() for r in alpha_runs)
+            max(1 - v.mean() / pre.global_auc.mean() for v in by_alpha.values())
         ),
         "cached bytes per 10 s of audio (KB)": ten["feature-map cache"] / 1024,
         "raw waveform bytes per 10 s of audio (KB)": ten["raw waveform, float32 16 kHz"] / 1024,
@@ -169,26 +175,25 @@ def conclude(
         "LF(n)", f"LF({params.n})", regex=False
     )
     measured = {
-        "GDM(0) loses global AUC (catastrophic forgetting)": (pre.global_auc, g0),
+        "GDM(0) loses global AUC (catastrophic forgetting)": (pre_global, g0),
         "mixing global data keeps more global AUC than GDM(0)": (ga, g0),
         "LF(n) keeps more global AUC than full training": (lf_auc, ga),
         "FMC changes no global AUC": (fmc_auc, lf_auc),
     }
-    measured = {k: (b.to_numpy(), w.to_numpy()) for k, (b, w) in measured.items()}
     rng = streams.rng(params.seed, "moil-audio/bootstrap")
     effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, diagnoses=ablation.diagnoses())
     effects["effect"] = effects.effect.str.replace("LF(n)", f"LF({params.n})", regex=False)
     per_seed = {
-        "global AUC, pre-trained": ours["global AUC, pre-trained"],
-        "global AUC, GDM(0)": ours["global AUC, GDM(0)"],
-        f"global AUC, GDM({params.alpha:g})": ours["global AUC, GDM(alpha)"],
-        f"global AUC, GDM({params.alpha:g}) + LF({params.n})": ours["global AUC, GDM(alpha) + LF(n)"],
-        f"local AUC, GDM({params.alpha:g}) + LF({params.n})": float(lf.scores["local"].mean()),
-        "local AUC, pre-trained": float(pre.local_auc.mean()),
+        "global AUC, pre-trained": pre_global,
+        "global AUC, GDM(0)": g0,
+        f"global AUC, GDM({params.alpha:g})": ga,
+        f"global AUC, GDM({params.alpha:g}) + LF({params.n})": lf_auc,
+        f"local AUC, GDM({params.alpha:g}) + LF({params.n})": auc(lf, "local"),
+        "local AUC, pre-trained": np.stack([pre.local_auc.to_numpy()] * len(params.seed_list)),
     }
-    headline = {q: claims.headline([v]) for q, v in per_seed.items()}
+    headline = {q: claims.headline(list(map(float, v.mean(axis=1)))) for q, v in per_seed.items()}
     timing = report.audio_timing_effects(params, bench, PAPER_TIME)
-    runs = [*alpha_runs, *lf_runs, cached]
+    runs = [*alpha_runs, *lf_runs, *cached]
     tables = {
         "data": data.table(),
         "classes": classes_table(data),
@@ -262,7 +267,8 @@ def plot_sweep(runs: pd.DataFrame, history: pd.DataFrame, names: list[str], titl
 
 
 def _plot(history: pd.DataFrame, names: list[str], seconds: pd.Series, title: str):
-    return report.plot_runs(history, names, seconds, "auc", PANELS, title)
+    names = list(dict.fromkeys(names))  # one curve per configuration, mean over seeds
+    return report.plot_runs(history, names, seconds.groupby(level=0).median(), "auc", PANELS, title)
 
 
 def plot_benchmark(bench: pd.DataFrame):

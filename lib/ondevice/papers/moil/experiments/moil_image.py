@@ -86,14 +86,9 @@ class Params(ImageParams):
 
     PRESETS = presets(protocol.SHARED_PRESETS, OWN_PRESETS)
 
-    @property
-    def seed_list(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.seeds))
-
     def check(self) -> None:
         super().check()
         self.require(len(self.ns) >= 2, "ns", "must hold at least two values (more frozen layers is an effect)")
-        self.require(self.seeds >= 1, "seeds", "must be >= 1")
 
 
 def history_table(pre: Pretrained, runs: list[Run]) -> pd.DataFrame:
