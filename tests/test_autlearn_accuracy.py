@@ -196,3 +196,62 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     assert loss == pytest.approx(np.log(NextWordTask().evaluate(model, pooled)["perplexity"]), rel=1e-5)
     with pytest.raises(ValueError, match="validation users"):
         protocol.holdout_loss("text", common.Validation((), {}, {}))
+
+
+def _users_data(sizes):
+    """A stand-in for TextData: users with distinct words (user u's words start with letter u)."""
+    word = lambda u, i: "abcdefgh"[u] + "abcde"[i % 5]  # noqa: E731
+    train = {f"user{u}": [[word(u, i), word(u, i + 1)] for i in range(n)] for u, n in enumerate(sizes)}
+    vocab = Vocabulary.from_sentences([s for sents in train.values() for s in sents], 100)
+    data = type("D", (), {})()
+    data.users, data.train_sentences, data.vocab, data.context_words = list(train), train, vocab, 3
+    data.train = {u: build_samples(s, vocab, 3) for u, s in train.items()}
+    return data
+
+
+def test_shuffled_clients_keep_the_data_and_the_client_sizes_but_mix_the_users():
+    from ondevice.papers.autlearn import fedavg_ablation as ab
+
+    data = _users_data([4, 7, 9])
+    shuffled = ab.shuffled_clients("text", data, seed=0)
+    assert [len(c) for c in shuffled.values()] == [len(data.train[u]) for u in data.users]  # samples per client
+    key = lambda s: sorted(map(tuple, (s.inputs[s.offsets[j] : s.offsets[j + 1]] for j in range(len(s)))))  # noqa: E731
+    pooled = [x for u in data.users for x in key(data.train[u])]
+    assert sorted(x for c in shuffled.values() for x in key(c)) == sorted(pooled)  # the same samples, all of them
+    owners = [{word[0] for word in _words(data, c)} for c in shuffled.values()]
+    assert any(len(o) > 1 for o in owners)  # some client holds several users' sentences
+    assert ab.shuffled_clients("text", data, seed=0).keys() == shuffled.keys()
+    sets = ab.client_sets("FedAvg", "text", data, 0, ablate=False)
+    assert list(sets) == ["FedAvg"] and sets["FedAvg"] is data.train
+    assert list(ab.client_sets("FedAvg", "text", data, 0, ablate=True)) == ["FedAvg", ab.SHUFFLED]
+
+
+def _words(data, samples) -> set[str]:
+    ids = set(np.unique(samples.labels)) - {0, 1}
+    return {data.vocab.words[i] for i in ids}
+
+
+def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_with_the_paper():
+    import pandas as pd
+
+    from ondevice.papers.autlearn import fedavg_ablation as ab
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for model, shuffled_gap in (("LSTM", 0.01), ("MobileNet", 0.20)):  # the paper: CloudTrain +1% on both
+        for u in range(8):
+            cloud = 0.50 + 0.01 * u
+            for method, gap in ((exp.CLOUD, 0.0), (exp.FED, 0.20), (ab.SHUFFLED, shuffled_gap)):
+                rows.append(dict(model=model, method=method, seed=0, user=f"u{u}", top1=cloud / (1 + gap)))
+    users = pd.DataFrame(rows)
+    table = ab.table(users, exp.PAPER, exp.CLOUD, exp.FED, 0, rng, 200)
+    assert list(table.clients) == ["users (the protocol)", "shuffled (IID)"] * 2
+    assert np.allclose(table[ab.ADVANTAGE], [0.20, 0.01, 0.20, 0.20])
+    assert table.audit.iloc[1].startswith("agrees") and table.audit.iloc[3] == "unexplained"
+    why = ab.diagnoses(table)
+    assert (
+        list(why) == ["CloudTrain beats FedAvg (LSTM)"] and why["CloudTrain beats FedAvg (LSTM)"].section == ab.SECTION
+    )
+    assert (
+        "+1.0%" in why["CloudTrain beats FedAvg (LSTM)"].text and "+20.0%" in why["CloudTrain beats FedAvg (LSTM)"].text
+    )

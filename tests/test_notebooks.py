@@ -200,6 +200,13 @@ def autlearn_accuracy_sanity(out: Path) -> None:
     assert users.top1.between(0, 1).all()
     assert users.groupby(["kind", "seed", "user", "method"]).size().eq(1).all()
     methods = {"pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"}
+    shuffled = users[users.method == "FedAvg, shuffled clients (ablation)"]  # the ablation: first seed, all users
+    assert set(shuffled.seed) == {users.seed.min()} and len(shuffled) == len(users[users.method == "FedAvg"]) / (
+        users.seed.nunique()
+    )
+    users = users[users.method != "FedAvg, shuffled clients (ablation)"]
+    ablation = pd.read_csv(out / "tables" / "fedavg_ablation.csv")
+    assert len(ablation) == 4 and (ablation["ci low"] <= ablation["CloudTrain's advantage"]).all()
     for _, rows in users.groupby("kind"):
         assert set(rows.method) == methods
         assert rows.groupby("method").user.nunique().nunique() == 1  # every method on the same users

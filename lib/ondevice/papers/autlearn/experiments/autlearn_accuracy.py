@@ -31,7 +31,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.device import tflite
-from ondevice.papers.autlearn import common, protocol, report
+from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.report import claims, facts, record
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
@@ -207,12 +207,10 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)
         record_(CUSTOM, [user], cloud_weights, custom)
-    # FedAvg: from the public model, the users as clients, to the plateau
-    (rounds, per_round), fed_seed = params.fedavg_setting(kind), streams.tf_seed(seed, f"fedavg/{kind}")
-    fed = rounds, min(per_round, len(data.users)), params.fedavg_local_epochs, batch, fed_seed
-    rule = dict(evaluate=holdout, stop=params.plateau(FED), evaluate_every=params.fedavg_evaluate_every, log=log)
-    curve(FED, protocol.converge_fedavg(cloud, start, data.train, *fed, **rule))
-    record_(FED, data.users)
+    # FedAvg: from the public model, the users as clients, to the plateau; the first seed also on shuffled clients
+    for method, client_data in fedavg_ablation.client_sets(FED, kind, data, seed, ablate=seed == params.seed).items():
+        curve(method, fedavg_ablation.train(params, kind, cloud, start, client_data, holdout, seed, log))
+        record_(method, data.users)
     log(f"{MODELS[kind]} seed {seed}: CloudTrain, CloudCustomize and FedAvg scored")
     return rows, history
 
@@ -245,7 +243,10 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     ours = {n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers}
     matrices = lambda *qs: tuple(_matrix(users, *kind_method(q)) for q in qs)
     measured = {e.claim: matrices(e.better, e.worse) for e in PAPER.effects}
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, statistic="mean")
+    fed_rng = streams.rng(params.seed, "bootstrap/fedavg-ablation")
+    ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, params.bootstrap)
+    why = fedavg_ablation.diagnoses(ablation)
+    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
     ordering = [
         report.effect_row(c, np.nan, _matrix(users, k, b), _matrix(users, k, w), rng, params.bootstrap)
         for c, k, b, w in ORDERINGS
@@ -261,6 +262,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
         "effects": pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True),
         "rate_selection": rates,
+        "fedavg_ablation": ablation,
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
     # Shakespeare's manifest marks it a stand-in for DeepType's private keyboard logs; for AutLearn
