@@ -280,3 +280,14 @@ def test_diagnoses_are_one_line_name_claimed_effects_and_repeats_are_recorded():
     assert "repeats" not in claims.effects_table(AUDITED, measured, rng, n_boot=50)
     with pytest.raises(ValueError, match="repeats"):
         claims.effects_table(AUDITED, measured, rng, n_boot=50, repeats=0)
+
+
+def test_the_interval_resamples_seeds_too_so_a_shift_shared_by_a_seeds_users_widens_it():
+    worse = np.random.default_rng(0).uniform(0.4, 0.6, size=(1, 30)).repeat(3, axis=0)
+    better = worse * (1 + np.array([[0.0], [0.1], [0.2]]))  # each seed moves every user alike
+    r = claims.paired_effect(better, worse, np.random.default_rng(1), n_boot=2000)
+    assert r["change"] == pytest.approx(0.1) and r["seeds"] == 3
+    # resampling users alone could not move it (every user changes alike in a seed): the seeds do
+    assert r["ci_low"] < 0.05 and r["ci_high"] > 0.15
+    one = claims.paired_effect(better[1:2], worse[1:2], np.random.default_rng(1), n_boot=2000)
+    assert one["ci_low"] == pytest.approx(0.1) and one["ci_high"] == pytest.approx(0.1)

@@ -121,11 +121,11 @@ def _per_seed_users(name: str, values) -> np.ndarray:
 STATISTICS = {"median": np.median, "mean": np.mean}
 
 
-def _relative_change(better: np.ndarray, worse: np.ndarray, statistic: str = "median") -> np.ndarray:
-    """mean over seeds of median_u(better) / median_u(worse) - 1 (or of the means over users, with
+def _seed_changes(better: np.ndarray, worse: np.ndarray, statistic: str = "median") -> np.ndarray:
+    """Per seed, median_u(better) / median_u(worse) - 1 (or of the means over users, with
     statistic="mean"); users on the last axis, seeds on the first."""
     stat = STATISTICS[statistic]
-    return (stat(better, axis=-1) / stat(worse, axis=-1) - 1).mean(axis=0)
+    return stat(better, axis=-1) / stat(worse, axis=-1) - 1
 
 
 def sign_test(improved: int, worse: int) -> float:
@@ -148,9 +148,12 @@ def paired_effect(
     """Relative change of medians over users (averaged over seeds) with a paired bootstrap interval;
     `statistic="mean"` compares means over users instead (e.g. accuracies on few test items each).
 
-    Users are resampled with the same indices in every seed, because a user's values under both
-    conditions and across seeds are not independent; the interval is the bootstrap percentile
-    interval at `level`. The sign test counts users whose seed-mean difference is above or below 0.
+    Two-stage bootstrap: users are resampled with the same indices in every seed (a user's values
+    under both conditions and across seeds are not independent), then, with more than one seed, the
+    seeds too, with replacement (a seed's draws shared by all users, such as one global model, move
+    every user at once; resampling users alone would leave that out). The interval is the bootstrap
+    percentile interval at `level`. The sign test counts users whose seed-mean difference is above
+    or below 0.
     """
     b, w = _per_seed_users("better", better), _per_seed_users("worse", worse)
     if b.shape != w.shape:
@@ -164,11 +167,14 @@ def paired_effect(
         raise ValueError(f"the {statistic} of `worse` is 0 in some seed, so a relative change is undefined")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    change = float(_relative_change(b, w, statistic))
+    change = float(_seed_changes(b, w, statistic).mean())
     idx = rng.integers(0, users, size=(n_boot, users))
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample whose median is 0 yields inf, kept as extreme
-        boot = _relative_change(b[:, idx], w[:, idx], statistic)  # (seeds, n_boot, users) -> (n_boot,)
-    boot = np.where(np.isnan(boot), 0.0, boot)  # 0 / 0: a resample where both are 0 has no change
+        per_seed = _seed_changes(b[:, idx], w[:, idx], statistic)  # (seeds, n_boot, users) -> (seeds, n_boot)
+    per_seed = np.where(np.isnan(per_seed), 0.0, per_seed)  # 0 / 0: a resample where both are 0 has no change
+    if seeds > 1:  # one seed draws nothing here, so its intervals are those of a users-only bootstrap
+        per_seed = np.take_along_axis(per_seed, rng.integers(0, seeds, size=(seeds, n_boot)), axis=0)
+    boot = per_seed.mean(axis=0)
     alpha = (1 - level) / 2
     ci_low, ci_high = (float(q) for q in np.quantile(boot, [alpha, 1 - alpha]))
     diff = (b - w).mean(axis=0)

@@ -483,10 +483,8 @@ def summary_markdown(entries: list[Entry], scale: str) -> str:
         "",
         "Every effect a paper claims, the paper's change beside ours, measured here with a paired bootstrap "
         "interval. **ours / paper** is the ratio of the two changes; **resampled** says what the interval "
-        "resampled and how many (users, devices, repeats, test samples), then the seeds each one's values are "
-        "averaged over (a resampled user keeps its values in every seed; seeds are not resampled, so a draw "
-        "shared by all users of a seed, such as one global model, is not in the interval: the headline "
-        "tables give the spread over seeds). Verdict: **holds** (interval "
+        "resampled and how many: users (devices, repeats, test samples), each keeping its values in every "
+        "seed, then the seeds. Verdict: **holds** (interval "
         "above zero), **does not hold** (below zero), **within noise** (contains zero); `-` where a result does "
         "not carry it. Diagnosis, computed by one rule for every row (`claims.audit`): where the interval "
         "excludes the paper's change and ours is more than 3x off or of the other sign (for a paper change "
