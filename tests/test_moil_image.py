@@ -149,3 +149,11 @@ def test_bootstrap_difference_and_verdicts():
     r = report.accuracy_difference(better, worse, rng, 500)
     assert r["ci low"] <= r["our change"] <= r["ci high"] and r["verdict"] == "holds"
     assert report.accuracy_difference(worse, better, rng, 500)["verdict"] == "does not hold"
+
+
+def test_bootstrap_difference_resamples_seeds_too():
+    worse = np.zeros((3, 100))
+    better = np.stack([np.arange(100) < k for k in (0, 10, 20)]).astype(float)  # seed s is better on 10 s samples
+    r = report.accuracy_difference(better, worse, np.random.default_rng(0), 2000)
+    assert r["our change"] == pytest.approx(0.1)
+    assert r["ci low"] < 0.03 and r["ci high"] > 0.17  # resampling samples alone gives about 0.06 to 0.14

@@ -149,11 +149,15 @@ def image_timing_effects(params, runs: list[Run], time_table: pd.DataFrame, pape
 
 def accuracy_difference(better: np.ndarray, worse: np.ndarray, rng, n_boot: int, level: float = 0.95) -> dict:
     """Difference of accuracies (better - worse), mean over seeds, with a paired bootstrap over
-    test samples (the same resampled samples for both runs and every seed)."""
+    test samples (the same resampled samples for both runs and every seed), then over seeds (as
+    `claims.paired_effect` does)."""
     b, w = better.astype(float), worse.astype(float)  # (seeds, samples)
     change = float((b.mean(axis=1) - w.mean(axis=1)).mean())
     idx = rng.integers(0, b.shape[1], size=(n_boot, b.shape[1]))
-    boot = (b[:, idx].mean(axis=2) - w[:, idx].mean(axis=2)).mean(axis=0)
+    per_seed = b[:, idx].mean(axis=2) - w[:, idx].mean(axis=2)  # (seeds, n_boot)
+    if len(b) > 1:
+        per_seed = np.take_along_axis(per_seed, rng.integers(0, len(b), size=per_seed.shape), axis=0)
+    boot = per_seed.mean(axis=0)
     low, high = (float(q) for q in np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]))
     verdict = "holds" if low > 0 else "does not hold" if high < 0 else "within noise"
     return {"our change": change, "ci low": low, "ci high": high, "verdict": verdict, "level": level}
