@@ -8,13 +8,17 @@ import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tf_keras as keras
 import yaml
 
 from ondevice.data import digits, fashion_mnist, manifests
 from ondevice.data.manifests import DataError
-from ondevice.papers.moil import image_data, report
+from ondevice.papers.moil import image_data, protocol, report
 from ondevice.papers.moil.experiments import moil_image as exp
 from ondevice.params import ParameterError
+from ondevice.tasks.classification import ClassificationTask
+from ondevice.training.trainer import Plateau, Trainer
 
 
 def _idx(labels: np.ndarray) -> bytes:
@@ -157,3 +161,33 @@ def test_bootstrap_difference_resamples_seeds_too():
     r = report.accuracy_difference(better, worse, np.random.default_rng(0), 2000)
     assert r["our change"] == pytest.approx(0.1)
     assert r["ci low"] < 0.03 and r["ci high"] > 0.17  # resampling samples alone gives about 0.06 to 0.14
+
+
+def test_holdout_losses_are_the_softmax_cross_entropy():
+    rng = np.random.default_rng(0)
+    logits, labels = rng.normal(scale=30, size=(50, 7)).astype(np.float32), rng.integers(0, 7, 50)
+    ours = image_data.losses(lambda x: x, (logits, labels))
+    reference = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits).numpy()
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-4)  # float32 reference, large logits
+
+
+def test_track_stops_on_the_plateau_and_keeps_the_lowest_epoch():
+    """A real model trained epoch by epoch; the held-out loss (scripted) falls for two epochs, then
+    rises: with patience 2, training stops after epoch 4 and the model holds epoch 2's weights."""
+    model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(3)])
+    trainer = Trainer(model, ClassificationTask((4,), 3), 0.5, "sgd")
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 3, 32).astype(np.int32)
+    scripted, weights = iter([5.0, 3.0, 2.0, 2.5, 2.4, 1.0]), {}
+
+    def evaluate():
+        weights[len(weights)] = model.get_weights()
+        return {"global": np.ones(3, bool), "holdout_loss": np.array([next(scripted)])}
+
+    stop = Plateau(2, 0.01, keep_lowest=True)
+    rows, scores = protocol.track(trainer, data, 10, 8, rng, evaluate, "accuracy", lambda _: None, "toy", stop=stop)
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 3, 4] and rows.best_epoch == 2 and rows.plateau
+    assert [r["holdout_loss"] for r in rows] == [5.0, 3.0, 2.0, 2.5, 2.4] and "global_accuracy" in rows[1]
+    for kept, now in zip(weights[2], model.get_weights()):
+        np.testing.assert_array_equal(kept, now)
+    assert set(scores) == {"global"}

@@ -38,7 +38,9 @@ class ImageParams(MoilParams):
     local_samples: int = 0  # digits used (0: all 1,797)
     local_test_fraction: float = 0.3  # of each digit class, held out for local accuracy
     pretrain_epochs: int = 8  # the global model on the global set (cached)
-    baseline_epochs: int = 8  # the baseline from scratch on global + local (cached)
+    baseline_epochs: int = 60  # at most; the baseline (from scratch on global + local, cached) trains to a plateau
+    baseline_holdout: float = 0.1  # of the baseline's training images, held out to judge the plateau
+    baseline_patience: int = 3  # epochs without a 1% fall of the held-out loss before the baseline stops
     thesis_size_check: bool = True  # also measure M6 at the thesis's 224x224x3 MobileNetV2 1.0
     global_data: str = "fashion_mnist"  # fashion_mnist | imagenet (paper scale, manual download)
     imagenet_root: str = ""  # <root>/train/<wnid>/*.JPEG and <root>/val/<wnid>/*.JPEG
@@ -69,6 +71,8 @@ class ImageParams(MoilParams):
                 self.require(getattr(self, name) >= 0, name, "must be >= 0 (0: all images / no further pre-training)")
         self.require(0 < self.local_test_fraction < 1, "local_test_fraction", "must lie in (0, 1)")
         self.require(self.baseline_epochs >= 1, "baseline_epochs", "must be >= 1")
+        self.require(0 < self.baseline_holdout < 0.5, "baseline_holdout", "must lie in (0, 0.5)")
+        self.require(self.baseline_patience >= 1, "baseline_patience", "must be >= 1")
 
 
 @dataclass
@@ -294,6 +298,11 @@ def concat(parts: list):
     return np.concatenate(parts)
 
 
+def take(x, index: np.ndarray):
+    """The samples of x at `index` (streamed image files: their file names, nothing decoded)."""
+    return x.take(index) if isinstance(x, image_folders.ImageFiles) else x[index]
+
+
 def predictor(model):
     """Logits of `model` in inference mode over any number of images, one compiled call per batch."""
     predict = forward(model)
@@ -303,6 +312,14 @@ def predictor(model):
 def correct(predict, part: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Per test sample: is the top-1 class (over all of them) the label?"""
     return predict(part[0]).argmax(axis=1) == part[1]
+
+
+def losses(predict, part: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per sample: the cross-entropy of its label under the softmax of the logits."""
+    logits = predict(part[0]).astype(np.float64)
+    top = logits.max(axis=1)
+    log_sum = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    return log_sum - logits[np.arange(len(part[1])), part[1]]
 
 
 def stream_epoch(trainer: Trainer, data, batch_size: int, rng) -> float:

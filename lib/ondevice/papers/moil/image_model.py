@@ -24,9 +24,9 @@ from ondevice.papers.moil.protocol import Run
 from ondevice.papers.moil.report import final_row
 from ondevice.papers.moil.techniques import feature_cache, gdm, layer_freezing
 from ondevice.training import model_cache
-from ondevice.training.trainer import Trainer, seed_everything
+from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
-HISTORY_COLUMNS = ["epoch", "loss", "global_accuracy", "local_accuracy"]
+HISTORY_COLUMNS = ["epoch", "loss", "holdout_loss", "global_accuracy", "local_accuracy"]
 TRAINING_CODE = ("ondevice.models.mobilenet_v2", "ondevice.training.trainer", "ondevice.tasks.classification")
 
 
@@ -39,27 +39,48 @@ class Pretrained:
     entries: dict[str, model_cache.Entry]
     correct: dict[str, dict[str, np.ndarray]]  # "pre-trained" / "baseline" -> test set -> per sample
 
+    @property
+    def baseline_epochs(self) -> int:
+        """The epochs the baseline took to converge: its kept epoch (lowest held-out loss)."""
+        return int(self.entries["baseline"].info["kept_epoch"])
+
     def history(self) -> pd.DataFrame:
         return pd.concat(
-            [pd.DataFrame(e.info["history"])[HISTORY_COLUMNS].assign(run=k) for k, e in self.entries.items()]
-        )
-
-    def cache(self) -> pd.DataFrame:
-        return pd.DataFrame(
             [
-                {"model": name, "from_cache": e.hit, "key": e.key[:20], "train_seconds": e.info["train_seconds"]}
-                for name, e in self.entries.items()
+                pd.DataFrame(e.info["history"]).reindex(columns=HISTORY_COLUMNS).assign(run=k)
+                for k, e in self.entries.items()
             ]
         )
 
+    def cache(self) -> pd.DataFrame:
+        """Per model: from the cache or trained now, its epochs (and for the baseline the kept one
+        and whether its held-out loss reached a plateau before the cap), training seconds."""
+        rows = []
+        for name, e in self.entries.items():
+            info = e.info
+            epochs = max(h["epoch"] for h in info["history"])
+            kept = {"kept_epoch": info.get("kept_epoch", epochs), "plateau": info.get("plateau", False)}
+            rows.append({"model": name, "from_cache": e.hit, "key": e.key[:20], "epochs": epochs, **kept})
+            rows[-1]["train_seconds"] = info["train_seconds"]
+        return pd.DataFrame(rows)
+
 
 def _cached_model(
-    name: str, params: ImageParams, data: Data, parts: list, epochs: int, log, init: str | None = None
+    name: str, params: ImageParams, data: Data, parts: list, epochs: int, log, init: str | None = None, stop=None
 ) -> model_cache.Entry:
     """A model trained on the concatenation of `parts` (cached by the model cache), from scratch
-    or from Keras's ImageNet weights at `init` (new outputs freshly initialised)."""
+    or from Keras's ImageNet weights at `init` (new outputs freshly initialised). With `stop` (a
+    `Plateau`), `baseline_holdout` of the images are held out and training stops on a plateau of
+    their loss, keeping the weights of the epoch with the lowest."""
     x = concat([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
+    held = None
+    if stop is not None:
+        order = streams.rng(params.seed, f"moil_image/{name}/holdout").permutation(len(y))
+        cut = max(1, round(params.baseline_holdout * len(y)))
+        out, fit = np.sort(order[:cut]), np.sort(order[cut:])
+        held = (image_data.take(x, out), y[out])
+        x, y = image_data.take(x, fit), y[fit]
 
     def train():
         seed_everything(streams.tf_seed(params.seed, f"moil_image/{name}"))
@@ -68,17 +89,26 @@ def _cached_model(
             mobilenet_v2.load_imagenet(model, init, data.global_classes)
         trainer = Trainer(model, task(data.input_shape, data.classes), params.learning_rate)
         predict = predictor(model)
-        evaluate = lambda: {"global": correct(predict, data.global_test), "local": correct(predict, data.local_test)}
+
+        def evaluate():
+            scores = {"global": correct(predict, data.global_test), "local": correct(predict, data.local_test)}
+            return scores | ({stop.monitor: image_data.losses(predict, held)} if held else {})
+
         rng = streams.rng(params.seed, f"batches/{name}")
         history, _ = protocol.track(
-            trainer, (x, y), epochs, params.batch_size, rng, evaluate, "accuracy", log, name, stream_epoch
+            trainer, (x, y), epochs, params.batch_size, rng, evaluate, "accuracy", log, name, stream_epoch, stop
         )
-        return model.get_weights(), {"history": history}
+        info = {"history": list(history), "train_samples": len(y)}
+        return model.get_weights(), info | (
+            {"kept_epoch": history.best_epoch, "plateau": history.plateau} if held else {}
+        )
 
     fields = {
         k: getattr(params, k) for k in ("image_size", "width", "bn_momentum", "batch_size", "learning_rate", "seed")
     }
     fields["epochs"] = epochs
+    if stop is not None:
+        fields |= {"holdout": params.baseline_holdout, "stop": repr(stop)}
     data_ids = [
         x.fingerprint() if isinstance(x, image_folders.ImageFiles) else hashlib.sha256(x.tobytes()).hexdigest(),
         hashlib.sha256(y.tobytes()).hexdigest(),
@@ -88,14 +118,16 @@ def _cached_model(
 
 
 def pretrain(params: ImageParams, data: Data, log=print) -> Pretrained:
-    """The global model (global data only: the cloud's pre-training) and the baseline (from
-    scratch on global + local data), each trained once per machine through the model cache."""
+    """The global model (global data only: the cloud's pre-training, fixed epochs as the thesis's)
+    and the baseline (from scratch on global + local data, to a plateau of its held-out loss: the
+    thesis trains it "until convergence"), each trained once per machine through the model cache."""
+    stop = Plateau(params.baseline_patience, 0.01, keep_lowest=True)
     entries = {
         "pre-trained": _cached_model(
             "pretrained", params, data, [data.global_train], params.pretrain_epochs, log, init=data.init_weights
         ),
         "baseline": _cached_model(
-            "baseline", params, data, [data.global_train, data.local_train], params.baseline_epochs, log
+            "baseline", params, data, [data.global_train, data.local_train], params.baseline_epochs, log, stop=stop
         ),
     }
     model = build(params, data)
@@ -120,7 +152,7 @@ class Personalizer(protocol.Personalizer):
 
     def __init__(self, params: ImageParams, data: Data, pre: Pretrained):
         super().__init__(params, pre.weights, mobilenet_v2.units)
-        self.data = data
+        self.data, self.pre = data, pre
 
     def build(self):
         return image_data.build(self.params, self.data)
@@ -178,9 +210,8 @@ def timing(params: ImageParams, data: Data, personal: Personalizer, runs: list[R
         )
         .reset_index()
     )
-    steps = params.baseline_epochs * math.ceil(
-        (len(data.global_train[0]) + len(data.local_train[0])) / params.batch_size
-    )
+    baseline = personal.pre.entries["baseline"].info  # its epochs to convergence x steps per epoch
+    steps = personal.pre.baseline_epochs * math.ceil(baseline["train_samples"] / params.batch_size)
     durations = baseline_step_seconds(params, data, personal)
     step = float(np.median(durations))
     base = {"run": "baseline", "alpha": 1.0, "n": 0, "fmc": False, "steps": steps, "steady_step_seconds": step}

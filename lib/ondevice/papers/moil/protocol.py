@@ -27,7 +27,7 @@ from ondevice import streams
 from ondevice.device import tflite
 from ondevice.papers.moil.techniques import feature_cache, layer_freezing
 from ondevice.params import Params
-from ondevice.training.trainer import StepTimer, Trainer, seed_everything
+from ondevice.training.trainer import History, StepTimer, Trainer, seed_everything
 
 EVALUATION_BATCH = 256  # samples per compiled inference call (scoring, caching the evaluation sets)
 SHARED_PRESETS = {  # the protocol's smoke-scale values, the same for images and audio
@@ -108,25 +108,39 @@ def fit_epoch(trainer: Trainer, data, batch_size: int, rng) -> float:
     return trainer.fit(data, 1, batch_size, rng)[0]["loss"]
 
 
-def track(trainer, data, epochs: int, batch_size: int, rng, evaluate, metric: str, log, name: str, epoch=fit_epoch):
-    """Train `epochs` epochs, scoring before the first and after each: one row per epoch with the
-    mean loss, the epoch's seconds and the mean of each per-item score `evaluate()` returns (by
+def track(
+    trainer, data, epochs: int, batch_size: int, rng, evaluate, metric: str, log, name: str, epoch=fit_epoch, stop=None
+) -> tuple[History, dict]:
+    """Train up to `epochs` epochs, scoring before the first and after each: one row per epoch with
+    the mean loss, the epoch's seconds and the mean of each per-item score `evaluate()` returns (by
     evaluation set, named `<set>_<metric>`), and the last scores. `epoch(trainer, data,
-    batch_size, rng)` trains one epoch and returns its mean loss."""
+    batch_size, rng)` trains one epoch and returns its mean loss. With `stop` (a `Plateau`),
+    `evaluate` also returns `stop.monitor` (per held-out training item): training ends on its
+    plateau, the model keeps the weights of the kept epoch (`History.best_epoch`) and is scored."""
+    monitor = stop.monitor if stop is not None else None
+    watch = stop.watch() if stop is not None else None
+
+    def means(scores):
+        return {(k if k == monitor else f"{k}_{metric}"): float(np.mean(v)) for k, v in scores.items()}
+
     scores = evaluate()
-    rows = [{"epoch": 0, "loss": float("nan"), **{f"{k}_{metric}": float(v.mean()) for k, v in scores.items()}}]
+    rows = History([{"epoch": 0, "loss": float("nan"), **means(scores)}])
     for e in range(1, epochs + 1):
         start = time.perf_counter()
         loss = epoch(trainer, data, batch_size, rng)
         seconds = time.perf_counter() - start
         scores = evaluate()
-        means = {f"{k}_{metric}": float(v.mean()) for k, v in scores.items()}
-        rows.append({"epoch": e, "loss": loss, **means, "epoch_seconds": seconds})
+        rows.append({"epoch": e, "loss": loss, **means(scores), "epoch_seconds": seconds})
         log(
             f"{name} epoch {e}/{epochs}: loss {loss:.3f}, "
-            + ", ".join(f"{k} {metric} {v.mean():.3f}" for k, v in scores.items())
+            + ", ".join(f"{k} {v:.3f}" for k, v in means(scores).items())
         )
-    return rows, scores
+        if watch is not None and watch.update(rows[-1][monitor], e, trainer.model):
+            break
+    if watch is not None:
+        trainer.model.set_weights(watch.weights)
+        rows.best_epoch, rows.plateau, scores = watch.epoch, watch.plateau, evaluate()
+    return rows, {k: v for k, v in scores.items() if k != monitor}
 
 
 class TrainingSet(NamedTuple):

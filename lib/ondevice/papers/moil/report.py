@@ -302,6 +302,29 @@ def plot_runs(history: pd.DataFrame, names: list[str], seconds: pd.Series, metri
     return fig
 
 
+def plot_convergence(history: pd.DataFrame, cache: pd.DataFrame):
+    """The baseline's held-out loss per epoch (the stopping rule's curve, its kept epoch marked) and
+    both models' test accuracies per epoch (shown, never used to stop)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    base, kept = history[history.run == "baseline"], cache.set_index("model").kept_epoch["baseline"]
+    axes[0].plot(base.epoch, base.holdout_loss, marker="o", color="#30638e")
+    axes[0].axvline(kept, color="#d1495b", linestyle="--", label=f"kept epoch {kept}")
+    axes[0].set(title="baseline: loss on its held-out training images", xlabel="epoch", ylabel="cross-entropy")
+    long = history.melt(["epoch", "run"], ["global_accuracy", "local_accuracy"], "test set", "accuracy")
+    sns.lineplot(data=long, x="epoch", y="accuracy", hue="run", style="test set", marker="o", ax=axes[1])
+    axes[1].set(title="test accuracy per epoch (not used to stop)")
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8, frameon=False)
+    sns.despine(fig)
+    fig.tight_layout()
+    return fig
+
+
 def plot_step_times(names: list[str], seconds: np.ndarray, title: str):
     """Steady-state milliseconds per training step of each configuration, measured in one run,
     each with its speed-up over the first (full training)."""
