@@ -486,6 +486,20 @@ def pretrained_image(params: AutLearnParams, data: ImageData | None = None, log=
     return Pretrained(model, model.get_weights(), {"weights": manifest.summary()}, from_cache=False)
 
 
+def pretrained_models(params: AutLearnParams, text: TextData, images, log=print) -> dict[str, dict[int, Pretrained]]:
+    """The public pre-trained models per kind ("text", "image") and seed: the LSTM on Sent140 (model
+    cache), MobileNet with the ImageNet weights."""
+    return {
+        "text": {s: pretrained_text(params, text, log, s) for s in params.seed_list},
+        "image": {s: pretrained_image(params, images, log, s) for s in params.seed_list},
+    }
+
+
+def pretraining_table(models: dict[str, dict[int, Pretrained]]) -> pd.DataFrame:
+    """The LSTM's pre-training curve of every seed."""
+    return pd.concat([m.history().assign(seed=s) for s, m in models["text"].items()], ignore_index=True)
+
+
 def image_features(model: keras.Model, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """The pooled MobileNet features (the head's input) of images x under the model's current weights."""
     features = mobilenet_v1.feature_model(model)

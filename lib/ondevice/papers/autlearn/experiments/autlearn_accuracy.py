@@ -133,10 +133,7 @@ def load(params: Params, log=print) -> tuple[common.TextData, common.ImageData]:
 def pretrain(params: Params, text, images, log=print) -> dict[str, dict[int, common.Pretrained]]:
     """The public pre-trained models per kind and seed (LSTM: on Sent140, cached; MobileNet: ImageNet)."""
     seed_everything(params.seed)
-    return {
-        "text": {s: common.pretrained_text(params, text, log, s) for s in params.seed_list},
-        "image": {s: common.pretrained_image(params, images, log, s) for s in params.seed_list},
-    }
+    return common.pretrained_models(params, text, images, log)
 
 
 def choose_rates(params: Params, text, images, pre, log=print) -> tuple[Params, pd.DataFrame]:
@@ -258,7 +255,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "training": pd.DataFrame(history),  # the convergence curves: a row per epoch (CloudTrain) or round (FedAvg)
         "stopping": report.stopping_table(pd.DataFrame(history)),
         "data": pd.concat(data, ignore_index=True),
-        "pretraining": pd.concat([p.history().assign(seed=s) for s, p in pre["text"].items()], ignore_index=True),
+        "pretraining": common.pretraining_table(pre),
         "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
         "effects": pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True),
         "rate_selection": rates,

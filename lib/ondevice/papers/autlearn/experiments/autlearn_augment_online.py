@@ -137,13 +137,7 @@ def load(params: Params, log=print) -> Data:
 
 def pretrain(params: Params, data: Data, log=print) -> dict[str, dict[int, common.Pretrained]]:
     """The public pre-trained models per kind and seed (the LSTM from the model cache or trained on Sent140)."""
-    text = {s: common.pretrained_text(params, data.text, log, s) for s in params.seed_list}
-    return {"text": text, "image": {s: common.pretrained_image(params, data.images, log, s) for s in params.seed_list}}
-
-
-def pretraining(models: dict) -> pd.DataFrame:
-    """The LSTM's pre-training curve of every seed."""
-    return pd.concat([m.history().assign(seed=s) for s, m in models["text"].items()], ignore_index=True)
+    return common.pretrained_models(params, data.text, data.images, log)
 
 
 def choose_rates(params: Params, data: Data, models: dict, log=print) -> tuple[Params, pd.DataFrame]:
@@ -269,7 +263,9 @@ def conclude(
     headline = {q: claims.headline(list(map(float, per_seed[c]))) for (_, _, _), (c, q) in CLAIMS.items() if q}
     tables = dict(data=data.table(), eda_examples=examples, augmentation=augmented, online=online, curve=curve)
     tables |= dict(online_image_selection=image_selection, summary=report.augment_online_summary(augmented, online))
-    tables |= dict(pretraining=pretraining(models), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff)
+    tables |= dict(
+        pretraining=common.pretraining_table(models), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff
+    )
     tables |= dict(rate_selection=rates, augmentation_ablation=ablation)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest, data.wordnet_manifest)]
     notes = dict(text_users=list(data.text.users), image_users=list(data.images.users), **image_notes)
