@@ -166,3 +166,23 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
         "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
     assert out.section[0] == exp.sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""
+
+
+def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
+    import pandas as pd
+
+    table = pd.DataFrame(
+        {
+            "protocol": ["this protocol", "leaky crowd", "fixed personal epochs, no per-user hold-out"],
+            "our change": [0.0, 0.001, -0.324],
+            "ci low": [0.0, -0.002, -0.358],
+            "ci high": [0.0, 0.004, -0.303],
+            "verdict": ["within noise", "within noise", "does not hold"],
+            "median_kept_epoch": [0.0, 0.0, 5.0],
+        }
+    )
+    text = exp.sensitivity.conclusion(table)
+    assert text.startswith("**Under this protocol personalization is within noise** (+0.0% [+0.0%, +0.0%]);")
+    assert "keeps epoch 0" in text
+    assert "**Changes the verdict:** fixed personal epochs, no per-user hold-out: -32.4% [-35.8%, -30.3%]" in text
+    assert "Leave the verdict as it is: leaky crowd: +0.1% [-0.2%, +0.4%], within noise." in text

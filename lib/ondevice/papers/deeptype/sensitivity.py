@@ -111,6 +111,24 @@ def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=pr
     return {"sensitivity": effects, "sensitivity_cost": costs}
 
 
+def conclusion(effects: pd.DataFrame) -> str:
+    """The table in words, generated from it: this protocol's effect and where its users stopped,
+    then which other protocols change the verdict (what drives the sign) and which leave it."""
+    here, others = effects.iloc[0], effects.iloc[1:]
+    says = {"holds": "raises top-k-eff", "does not hold": "lowers top-k-eff", "within noise": "is within noise"}
+    change = lambda r: f"{r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
+    line = lambda r: f"{r.protocol}: {change(r)}, {r.verdict}"
+    text = f"**Under this protocol personalization {says[here.verdict]}** ({change(here)})"
+    if here.median_kept_epoch == 0:
+        text += "; the median user keeps epoch 0, the global model: no personal epoch lowers their held-out loss"
+    moved, same = others[others.verdict != here.verdict], others[others.verdict == here.verdict]
+    if len(moved):
+        text += ". **Changes the verdict:** " + "; ".join(map(line, (r for _, r in moved.iterrows())))
+    if len(same):
+        text += ". Leave the verdict as it is: " + "; ".join(map(line, (r for _, r in same.iterrows())))
+    return text + "."
+
+
 SECTION = "Sensitivity: which choice drives the sign"
 # the personalized condition behind each personalization effect, by a phrase of its claim
 PERSONALIZED = {
