@@ -386,10 +386,45 @@ def test_diagnosis_quotes_the_table_and_only_when_it_shows_the_cause():
     assert "1: +20.0% vs +27.0%" in why.text and "2 (ours): -2.6% vs -0.3%" in why.text
     assert why.text.endswith("crop +0.6%, rotation +1.6%, translation -0.6%")
     effects = pd.DataFrame({"effect": ["augmentation raises MobileNet accuracy", "other"]})
-    filled = ab.diagnose(params, effects, "augmentation raises MobileNet accuracy", _summary(changes))
+    claim = {"MobileNet": "augmentation raises MobileNet accuracy", "LSTM": "other"}
+    filled = ab.diagnose(params, effects, claim, _summary(changes).assign(model="MobileNet"))
     assert filled.diagnosis.tolist() == [why.text, ""] and filled.section.tolist() == [ab.SECTION, ""]
     # copies no better than the generated images at some epochs: no cause shown, the row stays unexplained
     assert ab.diagnosis(params, _summary(changes | {(ab.COPIES, "-", 1): 0.10})) is None
     # the generated images do not lower top-1 at the preset's epochs: nothing to explain
     assert ab.diagnosis(params, _summary(changes | {(ab.GENERATED, ops, 2): 0.01, (ab.COPIES, "-", 2): 0.02})) is None
-    assert ab.diagnose(params, effects, "other", _summary(changes | {(ab.COPIES, "-", 1): 0.1})).diagnosis.eq("").all()
+    unexplained = _summary(changes | {(ab.COPIES, "-", 1): 0.1}).assign(model="MobileNet")
+    assert ab.diagnose(params, effects, claim, unexplained).diagnosis.eq("").all()
+
+
+def test_copies_eda_repeats_the_sources_of_edas_own_draws():
+    from ondevice.papers.autlearn import augment_ablation as ab
+    from ondevice.papers.autlearn.techniques import eda
+
+    made = eda.EDA(lambda w: ["other"], 0.3, 0.3, 0.3, 0.3, ("sr", "ri", "rs", "rd"))
+    sents = [["a", "b", "c", "d"], ["e", "f", "g"], ["h", "i", "j", "k", "l"]]
+    generated = eda.augment_corpus(made, sents, np.random.default_rng(3), 4, 0.7)
+    copies = eda.augment_corpus(ab.CopiesEDA(made), sents, np.random.default_rng(3), 4, 0.7)
+    assert len(copies) == len(generated) == 2 and all(c in sents for c in copies)
+    assert copies != generated  # EDA changed its sentences, the copies are their sources
+
+
+def test_text_ablation_is_explained_by_extra_steps_only_when_copies_do_as_well():
+    from ondevice.papers.autlearn import augment_ablation as ab
+
+    params = _ablation_params(seeds=1)
+    a3 = pd.DataFrame(
+        {
+            "user": ["u1", "u2", "u1", "u2"],
+            "augmentation": ["without", "without", "with", "with"],
+            "generated_sentences": [0, 0, 5, 6],
+            "top1": [0.10, 0.20, 0.12, 0.22],
+        }
+    )
+    copies = a3.assign(top1=[0.10, 0.20, 0.13, 0.23])
+    summary = ab.table(params, ab.text_rows(params, a3, copies))
+    assert summary.training.tolist() == [ab.ORIGINAL, ab.GENERATED, ab.COPIES]
+    assert summary[ab.CHANGE].iloc[1] == pytest.approx(0.34 / 0.30 - 1)
+    why = ab.text_diagnosis(summary)
+    assert why.section == ab.SECTION and "EDA's sentences" in why.text and "+20.0% (first seed)" in why.text
+    assert ab.text_diagnosis(ab.table(params, ab.text_rows(params, a3, a3.assign(top1=[0.1, 0.2, 0.1, 0.2])))) is None

@@ -1,4 +1,4 @@
-"""A3's MobileNet change taken apart (autlearn_augment_online, issue 26). Adding generated images to
+"""A3's changes taken apart (autlearn_augment_online, issue 26). Adding generated images to
 a writer's training set changes two things at once: what the head sees (the crop / rotation /
 translation variants) and how long it trains (the same epochs over twice the samples: twice the
 steps). As many copies of the originals change only the second. Fewer epochs show whether the sign
@@ -8,6 +8,10 @@ whether one of the three does it.
 Every run trains a writer's head as A3 does (`protocol.PersonalTrainer`, the same start weights and
 batch stream) on the same sampled sources as A3 (the same per-writer draw), so the paper's three
 operations give A3's own generated images; top-1 on the writer's test images.
+
+The LSTM's change is taken apart the same way at the preset's epochs: EDA's sentences against as
+many copies of their source sentences (`CopiesEDA`: EDA's own draws and sampling down, each
+generated sentence replaced by the sentence it came from).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import image_augment
 from ondevice.report import claims
 
-SECTION = "A3: generated images or extra steps (MobileNet)"
+SECTION = "A3: generated samples or extra steps (MobileNet and LSTM)"
 ORIGINAL, COPIES, GENERATED = "original images only", "with copies of the originals", "with generated images"
 CHANGE = "change vs original only"  # relative change of the mean top-1, at the same epochs
 
@@ -32,6 +36,43 @@ class Copies:
 
     def transform(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return np.array(images, copy=True)
+
+
+class CopiesEDA:
+    """EDA with each generated sentence replaced by its source: the same draws, counts and sampling
+    down as `eda` (the same rng stream), as many extra sentences and steps, nothing new in them."""
+
+    def __init__(self, eda):
+        self.eda = eda
+
+    def augment(self, words: list[str], n_aug: float, rng: np.random.Generator) -> list[list[str]]:
+        return [list(words) for _ in self.eda.augment(words, n_aug, rng)]
+
+
+def text_rows(params, a3_text: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
+    """Per LSTM user: A3's two runs (without, with EDA) and the run with copies (`copies`:
+    `protocol.augmented_steps` with `CopiesEDA`, its "with" rows), as `table` reads them."""
+    kinds = [(a3_text, "without", ORIGINAL, "-"), (a3_text, "with", GENERATED, "eda"), (copies, "with", COPIES, "-")]
+    epochs = params.text_personal_epochs
+    return pd.DataFrame(
+        [
+            _row(training, ops, epochs, r.user, r.generated_sentences, r.top1)
+            for d, condition, training, ops in kinds
+            for r in d[d.augmentation == condition].itertuples()
+        ]
+    )
+
+
+def text_diagnosis(summary: pd.DataFrame) -> claims.Diagnosis | None:
+    """The LSTM augmentation row's diagnosis from its `table`: explained by the extra steps when
+    copies of the originals raise top-1 at least as much as EDA's sentences (the rule fixed before
+    the run); None, leaving the row unexplained, otherwise."""
+    change = summary.set_index("training")[CHANGE]
+    generated, copies = change[GENERATED], change[COPIES]
+    if not copies >= generated:
+        return None
+    line = f"the extra steps, not EDA's sentences: change with them {generated:+.1%}, with as many copies of the "
+    return claims.Diagnosis(line + f"originals {copies:+.1%} (first seed)", SECTION)
 
 
 def training_set(params, images, user: str, augmenter=None) -> tuple[tuple[np.ndarray, np.ndarray], int]:
@@ -140,9 +181,16 @@ def diagnosis(params, summary: pd.DataFrame) -> claims.Diagnosis | None:
     return claims.Diagnosis(line, SECTION)
 
 
-def diagnose(params, effects: pd.DataFrame, claim: str, summary: pd.DataFrame) -> pd.DataFrame:
-    """`effects` with diagnosis and section columns, filled for `claim` when `diagnosis` gives one."""
-    why = diagnosis(params, summary)
+def diagnose(params, effects: pd.DataFrame, claim: dict[str, str], summary: pd.DataFrame) -> pd.DataFrame:
+    """`effects` with diagnosis and section columns, filled for each model's augmentation claim
+    (`claim`: model name -> claim) when its diagnosis gives one; `summary` has a model column."""
+    image, text = (summary[summary.model == MODEL_NAMES[k]] for k in ("image", "text"))
+    why = {
+        MODEL_NAMES["image"]: diagnosis(params, image),
+        MODEL_NAMES["text"]: text_diagnosis(text) if len(text) else None,
+    }
     out = effects.assign(diagnosis="", section="")
-    out.loc[out.effect == claim, ["diagnosis", "section"]] = [why.text, why.section] if why else ["", ""]
+    for model, d in why.items():
+        if d is not None:
+            out.loc[out.effect == claim[model], ["diagnosis", "section"]] = [d.text, d.section]
     return out

@@ -168,9 +168,9 @@ def eda_examples(params: Params, data: Data, n: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["user", "operation", "original", "augmented"])
 
 
-def augment_text(params: Params, data: Data, models: dict, log=print) -> pd.DataFrame:
-    """Per seed and user: AutLearn's step on the training part without and with EDA; top-1 on the test part."""
-    text, made = data.text, make_eda(params, data)
+def augment_text(params: Params, data: Data, models: dict, log=print, eda_like=None, seeds=None) -> pd.DataFrame:
+    """Per seed (the first `seeds`) and user: the step without and with EDA (or `eda_like`); top-1 on the test part."""
+    text, made = data.text, eda_like or make_eda(params, data)
 
     def one(p: Params, seed: int):
         def augment(user):
@@ -180,7 +180,7 @@ def augment_text(params: Params, data: Data, models: dict, log=print) -> pd.Data
 
         return (protocol.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
 
-    return _seeds(params, one)[0]
+    return _seeds(dataclasses.replace(params, seeds=seeds or params.seeds), one)[0]
 
 
 def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.DataFrame:
@@ -195,10 +195,13 @@ def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.Da
     return _seeds(params, one)[0]
 
 
-def ablation(params: Params, data: Data, models: dict, image_aug: pd.DataFrame, log=print) -> pd.DataFrame:
-    """MobileNet's augmentation change taken apart (`augment_ablation`), on the first seed."""
-    first = image_aug[image_aug.seed == params.seed]
-    return augment_ablation.run(params, data.images, models["image"][params.seed], first, log)
+def ablation(params: Params, data: Data, models: dict, image_aug, text_aug, log=print) -> pd.DataFrame:
+    """Both augmentation changes taken apart on the first seed (`augment_ablation`), with a model column."""
+    first = lambda d: d[d.seed == params.seed]
+    image = augment_ablation.run(params, data.images, models["image"][params.seed], first(image_aug), log)
+    copies = augment_text(params, data, models, log, augment_ablation.CopiesEDA(make_eda(params, data)), seeds=1)
+    text = augment_ablation.table(params, augment_ablation.text_rows(params, first(text_aug), copies))
+    return pd.concat([image.assign(model=MODELS["image"]), text.assign(model=MODELS["text"])], ignore_index=True)
 
 
 def online_text(params: Params, data: Data, models: dict, log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -257,7 +260,8 @@ def conclude(
     params, data, models, examples, augmented, online, curve, image_selection, image_notes, rates, wall_time_s, ablation
 ) -> record.Result:
     """Tables, headline numbers over seeds, the paper's numbers beside ours, the verdicts and the diagnoses."""
-    claim, (eff, per_seed) = CLAIMS[("augmentation", "image", "test")][0], effects(params, augmented, online)
+    eff, per_seed = effects(params, augmented, online)
+    claim = {MODELS[k]: CLAIMS[("augmentation", k, "test")][0] for k in MODELS}
     eff = augment_ablation.diagnose(params, eff, claim, ablation)
     ours = {q: float(eff.loc[eff.effect == c, "our change"].iloc[0]) for (_, _, part), (c, q) in CLAIMS.items() if q}
     headline = {q: claims.headline(list(map(float, per_seed[c]))) for (_, _, _), (c, q) in CLAIMS.items() if q}
@@ -287,7 +291,7 @@ def run(params: Params, log=print) -> record.Result:
     params, rates = choose_rates(params, data, models, log)
     examples = eda_examples(params, data)
     text_aug, image_aug = augment_text(params, data, models, log), augment_images(params, data, models, log)
-    ablated = ablation(params, data, models, image_aug, log)
+    ablated = ablation(params, data, models, image_aug, text_aug, log)
     augmented = pd.concat([text_aug, image_aug])
     t_rows, t_curve = online_text(params, data, models, log)
     i_rows, i_curve, i_selection, notes = online_images(params, data, models, log)
