@@ -34,7 +34,17 @@ def test_step_parts_time_every_joint_and_leave_the_weights_alone():
         np.testing.assert_array_equal(a, b)
 
 
-def test_eval_throughput_runs_the_real_evaluation():
+def test_eval_throughput_runs_the_real_evaluation_and_matches_the_eager_one():
     model = lstm_lm.build(CONFIG, seed=0)
-    positions, words = bench.eval_throughput(model, NextWordTask(), CONFIG, n_words=40)
-    assert positions > words > 0 and 6 <= positions / words <= 13  # 3 previous words + 3 to 10 characters
+    r = bench.eval_throughput(model, NextWordTask(), CONFIG, n_words=40)
+    assert r["positions_per_s"] > r["words_per_s"] > 0 and 6 <= r["positions_per_s"] / r["words_per_s"] <= 13
+    assert r["eager_positions_per_s"] > 0 and r["same_chars_needed"]
+
+
+def test_compiled_evaluation_gives_every_words_chars_needed_as_the_eager_per_sample_one():
+    model, samples = lstm_lm.build(CONFIG, seed=1), bench.eval_samples(CONFIG, n_words=300, seed=2)
+    samples.labels[::7] = 1  # some <unk> words: never a hit
+    got = NextWordTask(k=3).evaluate(model, samples)["chars_needed"]
+    want = bench.eager_evaluate(model, samples, k=3)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < (got < samples.word_len).sum() < len(got)  # some words suggested early, some never

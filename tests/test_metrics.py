@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from ondevice.data.typing_samples import Vocabulary, build_samples
-from ondevice.metrics import accuracy, mean_auc, roc_auc, top_k_eff, typed_chars_needed
+from ondevice.metrics import accuracy, chars_needed, mean_auc, roc_auc, top_k_eff, typed_chars_needed
 from ondevice.tasks.next_word import NextWordTask, position_scores
 
 
@@ -29,6 +29,16 @@ def test_word_never_suggested_costs_all_its_characters_and_first_words_start_at_
     # no previous words: position 0 is after one typed character
     assert typed_chars_needed(np.array([True, True]), 0, 2) == 1
     assert top_k_eff([4, 2], [4, 1]) == pytest.approx(1 / 6)
+
+
+def test_batched_chars_needed_equals_the_per_sample_definition():
+    rng = np.random.default_rng(0)
+    n_context = rng.integers(0, 4, 500)
+    word_len = rng.integers(1, 9, 500)
+    hits = rng.random((500, 12)) < 0.15  # padded to the longest sample (3 + 8 positions) and beyond
+    want = [typed_chars_needed(h, int(c), int(w)) for h, c, w in zip(hits, n_context, word_len)]
+    np.testing.assert_array_equal(chars_needed(hits, n_context, word_len), want)
+    assert {0, 1} <= set(want) and any(w == n for w, n in zip(want, word_len))  # every kind of case occurs
 
 
 def test_unk_and_pad_are_never_suggested():

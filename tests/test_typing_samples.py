@@ -58,6 +58,10 @@ def test_padding_is_on_the_right_with_pad_labels():
     x, y = s.padded(np.array([0, 3]))
     assert x.shape == (2, 6)  # "not" after 3 words: 3 + 3 steps
     assert list(x[0, 2:]) == [0] * 4 and list(y[0, 2:]) == [PAD_ID] * 4
+    for row, j in enumerate([0, 3]):  # the real positions are the sample's, in order
+        a, b = s.offsets[j], s.offsets[j + 1]
+        assert list(x[row, : b - a]) == list(s.inputs[a:b]) and list(y[row, : b - a]) == list(s.labels[a:b])
+    assert x.dtype == y.dtype == np.int32
 
 
 def test_batches_cover_every_sample_once_and_group_similar_lengths():

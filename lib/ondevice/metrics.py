@@ -18,6 +18,17 @@ def typed_chars_needed(hits: np.ndarray, n_context: int, word_len: int) -> int:
     return word_len
 
 
+def chars_needed(hits: np.ndarray, n_context: np.ndarray, word_len: np.ndarray) -> np.ndarray:
+    """`typed_chars_needed` of a whole batch at once (hits[b, t]: sample b's row), without a loop
+    over samples: evaluation scores every word of every user."""
+    hits, n_context, word_len = np.asarray(hits, bool), np.asarray(n_context), np.asarray(word_len)
+    typed = np.arange(int(word_len.max(initial=0)) + 1)[None, :]  # i typed characters
+    valid = (typed >= (n_context == 0)[:, None]) & (typed <= word_len[:, None])
+    position = np.clip(n_context[:, None] - 1 + typed, 0, hits.shape[1] - 1)
+    shown = valid & hits[np.arange(len(hits))[:, None], position]
+    return np.where(shown.any(axis=1), shown.argmax(axis=1), word_len).astype(np.int32)
+
+
 def top_k_eff(word_len: np.ndarray, chars_needed: np.ndarray) -> float:
     """sum(len(x) - R(x)) / sum(len(x)): the share of typing the suggestions save."""
     word_len = np.asarray(word_len)

@@ -97,13 +97,13 @@ class Samples:
         Right padding keeps every real position's output exact for a forward LSTM; the label 0
         (<pad>) marks positions the loss and the metrics ignore.
         """
+        idx = np.asarray(idx)
         lengths = self.lengths[idx]
-        x = np.zeros((len(idx), int(lengths.max())), np.int32)
-        y = np.zeros_like(x)
-        for row, j in enumerate(idx):
-            a, b = self.offsets[j], self.offsets[j + 1]
-            x[row, : b - a] = self.inputs[a:b]
-            y[row, : b - a] = self.labels[a:b]
+        column = np.arange(int(lengths.max()))[None, :]
+        real = column < lengths[:, None]
+        flat = np.where(real, self.offsets[idx][:, None] + column, 0)
+        x = np.where(real, self.inputs[flat], 0).astype(np.int32)
+        y = np.where(real, self.labels[flat], 0).astype(np.int32)
         return x, y
 
 

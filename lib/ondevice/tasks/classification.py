@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..metrics import accuracy, mean_auc
-from . import Signature, Task
+from . import Signature, Task, inference
 
 
 class ClassificationTask(Task):
@@ -49,12 +49,8 @@ class ClassificationTask(Task):
         return len(data[0])
 
     def predict(self, model, x: np.ndarray) -> np.ndarray:
-        return np.concatenate(
-            [
-                model(x[i : i + self.eval_batch_size], training=False).numpy()
-                for i in range(0, len(x), self.eval_batch_size)
-            ]
-        )
+        forward, step = inference(model), self.eval_batch_size
+        return np.concatenate([forward(x[i : i + step]).numpy() for i in range(0, len(x), step)])
 
     def evaluate(self, model, data) -> dict:
         x, y = data

@@ -44,6 +44,7 @@ from ondevice.models import lstm_lm, mobilenet_v1
 from ondevice.papers.deeptype.common import read_users
 from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.params import Params
+from ondevice.tasks import inference
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
 from ondevice.training.model_cache import cached_train
@@ -396,12 +397,12 @@ def score_text(model, samples: Samples, k: int, batch_size: int = 256) -> dict:
     suggestion (samples with a previous word; <unk> never counts as right, as a keyboard cannot
     show it), plus DeepType's top-k-eff and the perplexity over all positions."""
     scores = NextWordTask(k, batch_size).evaluate(model, samples)
-    hits, n = 0, 0
+    hits, n, forward = 0, 0, inference(model)
     with_context = np.flatnonzero(samples.n_context > 0)
     for start in range(0, len(with_context), batch_size):
         idx = with_context[start : start + batch_size]
         x, y = samples.padded(idx)
-        hit, _ = position_scores(model(x, training=False), tf.constant(y), tf.constant(1))
+        hit, _ = position_scores(forward(x), tf.constant(y), tf.constant(1))
         hits += int(hit.numpy()[np.arange(len(idx)), samples.n_context[idx] - 1].sum())
         n += len(idx)
     top1 = hits / n if n else float("nan")

@@ -22,11 +22,12 @@ import tensorflow as tf
 
 from ondevice import streams
 from ondevice.data.typing_samples import Samples
-from ondevice.metrics import top_k_eff, typed_chars_needed
+from ondevice.metrics import chars_needed, top_k_eff
 from ondevice.papers.deeptype import common, protocol, report
 from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.tasks import inference
 from ondevice.tasks.next_word import position_scores
 
 NAME = "deeptype_online"
@@ -95,10 +96,9 @@ class Emulator:
             idx = np.arange(start, min(start + b, len(data)))
             x, y = data.padded(idx)
             out = self.trainer.infer_and_cache(x) if self.reuse else None
-            logits = out["logits"] if self.reuse else self.trainer.model(x, training=False)
+            logits = out["logits"] if self.reuse else inference(self.trainer.model)(x)
             hit = position_scores(logits, tf.constant(y), self.k)[0].numpy()
-            for row, j in enumerate(idx):
-                needed[j] = typed_chars_needed(hit[row], int(data.n_context[j]), int(data.word_len[j]))
+            needed[idx] = chars_needed(hit, data.n_context[idx], data.word_len[idx])
             if train and len(idx) == b:  # a full buffer of `online_batch_size` samples: one update
                 if self.reuse:
                     self.trainer.train_from_cache(out["features"], y)
