@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
+from numerics import assert_close_float32, float32_sum_tolerance, lstm_terms
 from ondevice.data import places
 from ondevice.models import mrnn
 from ondevice.papers.colla import common, protocol
@@ -19,6 +20,11 @@ from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer
 
 HISTORY = 4
+# An M-RNN's probabilities from two implementations: the LSTM's gate sums of 6 x 4 embedded inputs + 16
+# recurrent + 1 over HISTORY steps, the FC's 16 + 1 terms and the softmax's sum over <= 30 outputs. A
+# probability's relative error is its logit's absolute error (|logits| ~ 1 here), so the tolerance is
+# that many eps of the largest probability; a slot switched on or off wrongly moves it by >= 1/30.
+MRNN_TERMS = lstm_terms(HISTORY, 24, 16, layers=1) + 17 + 30
 
 
 def ids(config: mrnn.MRNNConfig, n: int, seed: int = 0) -> np.ndarray:
@@ -49,7 +55,7 @@ def test_stacked_models_give_the_same_probabilities_as_keras():
     stacked = mrnn.stacked_probabilities([tf.constant(w) for w in mrnn.stack([m.get_weights() for m in models])], x)
     for k, m in enumerate(models):
         p = tf.nn.softmax(m(x)).numpy()
-        np.testing.assert_allclose(stacked[k].numpy(), p, atol=1e-6)
+        assert_close_float32(stacked[k].numpy(), p, terms=MRNN_TERMS)
         assert np.all(p[:, 5 + k :] < 1e-12)  # switched-off slots get nothing
 
 
@@ -78,11 +84,11 @@ def test_cloud_teacher_is_restricted_to_the_device_places_and_renormalised():
     x = ids(mrnn.MRNNConfig(30, 30, 8, 16, HISTORY), 5)
     q = teacher(x).numpy()
     p = tf.nn.softmax(cloud(x)).numpy()
-    np.testing.assert_allclose(q.sum(-1), 1, atol=1e-6)
+    assert_close_float32(q.sum(-1), np.ones(len(q)), terms=6 + 6 + 1)  # renormalised: two sums of 6 and a division
     assert np.all(q[:, [3, 5]] == 0)
     on = [0, 1, 2, 4]
     expected = p[:, slot_places[on]] / p[:, slot_places[on]].sum(-1, keepdims=True)
-    np.testing.assert_allclose(q[:, on], expected, rtol=1e-5)
+    np.testing.assert_allclose(q[:, on], expected, rtol=float32_sum_tolerance(MRNN_TERMS + 13, 1.0))  # and renormalised
 
 
 def test_client_ensemble_averages_zero_padded_outputs_of_its_members():
@@ -100,9 +106,9 @@ def test_client_ensemble_averages_zero_padded_outputs_of_its_members():
         p = tf.nn.softmax(m(x)).numpy()
         on = slot_places[k] >= 0
         padded[k][:, slot_places[k][on]] = p[:, on]
-    np.testing.assert_allclose(ensemble(x).numpy(), padded.mean(0), atol=1e-6)
+    assert_close_float32(ensemble(x).numpy(), padded.mean(0), terms=MRNN_TERMS + 3)  # and the mean of 3
     ensemble.use([0, 2])
-    np.testing.assert_allclose(ensemble(x).numpy(), padded[[0, 2]].mean(0), atol=1e-6)
+    assert_close_float32(ensemble(x).numpy(), padded[[0, 2]].mean(0), terms=MRNN_TERMS + 2)
     assert np.all(ensemble(x).numpy()[:, [4, 5, 6, 20]] == 0)  # no member holds these places
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
+from numerics import assert_close_float32, lstm_terms
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device import device_profile, tflite, tflite_reuse
@@ -49,7 +50,11 @@ def test_train_from_cache_losses_match_tensorflow(exported):
     interp = tflite.interpreter(flatbuffer)
     cache, train = interp.get_signature_runner("infer_and_cache"), interp.get_signature_runner("train_from_cache")
     lite = [float(train(features=cache(tokens=x)["features"], labels=y)["loss"]) for x, y in same]
-    np.testing.assert_allclose(lite, tf_losses, rtol=1e-5)
+    # TensorFlow vs TFLite kernels: per step the 2 LSTM layers' gate sums over the batch's length, the
+    # softmax's 12 + 1 terms, the ~20-word log-sum-exp and the mean over positions (earlier steps' rounding
+    # moves the weights by lr x that relative error of the gradient: negligible on the loss).
+    x = same[0][0]
+    assert_close_float32(lite, tf_losses, terms=lstm_terms(x.shape[1], 8, 12) + 13 + 20 + x.size)
     assert all(b < a for a, b in zip(lite, lite[1:]))
 
 
@@ -63,7 +68,10 @@ def test_tflite_reuse_step_equals_train_step(exported):
         features=b.get_signature_runner("infer_and_cache")(tokens=x)["features"], labels=y
     )
     after_a = a.get_signature_runner("infer")(tokens=x)["logits"]
-    np.testing.assert_allclose(b.get_signature_runner("infer")(tokens=x)["logits"], after_a, atol=1e-5)
+    # the two signatures' graphs differ (one step through the cache): the LSTM chain, the softmax's sums and
+    # the step's gradient sum over the batch's positions; the step moves the logits by > 1e-4 (below)
+    terms = lstm_terms(x.shape[1], 8, 12) + 13 + 20 + x.size
+    assert_close_float32(b.get_signature_runner("infer")(tokens=x)["logits"], after_a, terms=terms)
     assert not np.allclose(before, after_a, atol=1e-4)
 
 

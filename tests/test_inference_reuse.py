@@ -4,6 +4,7 @@ fine-tune update, step for step, and never touches the layers below the softmax.
 import numpy as np
 import pytest
 
+from numerics import assert_close_float32, assert_same_update
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype.techniques import inference_reuse
@@ -33,8 +34,16 @@ def test_features_are_the_last_lstm_outputs_and_give_the_logits(setup):
     lstm = model.get_layer("lstm_2")
     import tf_keras as keras
 
-    np.testing.assert_allclose(out["features"].numpy(), keras.Model(model.inputs, lstm.output)(x).numpy(), atol=1e-6)
-    np.testing.assert_allclose(out["logits"].numpy(), model(x).numpy(), atol=1e-5)
+    # two graphs of the same layers: gate pre-activations sum 8 or 12 inputs + 12 recurrent + 1 terms (<= 25),
+    # chained over the time steps of 2 LSTM layers, |features| < 1 (tanh); the logits add sums of 12 + 1
+    # terms of magnitude sum_j |h_j w_jk| + |b_k|, which also bounds how the features' relative error
+    # carries into them. A wrong layer or a missing bias moves them by >= 1e-2, 100x the tolerance.
+    steps = 2 * x.shape[1]
+    features = keras.Model(model.inputs, lstm.output)(x).numpy()
+    assert_close_float32(out["features"].numpy(), features, terms=25, layers=steps, magnitude=1.0)
+    kernel, bias = model.get_layer("softmax").get_weights()
+    terms = (np.abs(features) @ np.abs(kernel) + np.abs(bias)).max()
+    assert_close_float32(out["logits"].numpy(), model(x).numpy(), terms=25, layers=steps + 1, magnitude=terms)
 
 
 def test_reuse_steps_equal_fine_tune_steps(setup):
@@ -51,8 +60,13 @@ def test_reuse_steps_equal_fine_tune_steps(setup):
     for x, y in batches:
         losses.append(float(online.train_from_cache(online.infer_and_cache(x)["features"], y)))
     got = model.get_weights()
-    for a, b in zip(expected, got):
-        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+    # the softmax's gradient sums 12 features x (p - y) over the batch's 16 x length positions, from
+    # features computed by two graphs (as above: 25 terms a step of 2 LSTM layers); errors of the
+    # chained sums add up, over 3 steps. A wrong lr or a missing position changes the moves by > 0.5%,
+    # 20x the tolerance (~2e-4 of the largest move).
+    length = max(x.shape[1] for x, _ in batches)
+    for a, b, s in zip(expected, got, start):
+        assert_same_update(b, a, s, terms=3 * (25 * 2 * length + 13 + 16 * length))
     for a, b in zip(start[:-2], got[:-2]):  # below the softmax nothing moved
         np.testing.assert_array_equal(a, b)
     assert not np.allclose(start[-2], got[-2])
@@ -70,8 +84,9 @@ def test_step_without_reuse_is_the_fine_tune_step(setup):
     plain = online.head_weights()
     online.reset(start)
     online.train_from_cache(online.infer_and_cache(x)["features"], y)
-    for a, b in zip(plain, online.head_weights()):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    # one SGD step of the softmax from the same features computed by two graphs, as in the test above
+    for a, b, s in zip(plain, online.head_weights(), start[-2:]):
+        assert_same_update(b, a, s, terms=25 * 2 * x.shape[1] + 13 + x.size)
     model.set_weights(start)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from numerics import assert_close_float32
 from ondevice.data import manifests
 from ondevice.models import yamnet
 from ondevice.papers.moil import audio_data, audio_model, forgetting, protocol
@@ -52,7 +53,11 @@ def test_fmc_gives_the_same_result_as_lf_without_caching(tiny, tmp_path):
     personal = exp.Personalizer(params, data, pre)
     lf = personal.run(params.alpha, params.n, params.seed, log=lambda *_: None)
     cached = personal.run_fmc(params.alpha, params.n, params.seed, tmp_path, log=lambda *_: None)
-    assert [h["loss"] for h in cached.history[1:]] == pytest.approx([h["loss"] for h in lf.history[1:]], abs=1e-6)
+    # the cached features vs YAMNet's frozen part run again: another graph, so another float32 order
+    # through ~9000 summed terms in all (3x3 convolutions, pointwise sums over 32..1024 channels, 14
+    # layers) to a loss ~1; a deep chain, so the typical error sqrt(9000) eps x 10 (~1e-4 of the loss)
+    losses = [h["loss"] for h in cached.history[1:]]
+    assert_close_float32(losses, [h["loss"] for h in lf.history[1:]], terms=9000, deep=True)
     assert cached.history[1]["loss"] != cached.history[2]["loss"]  # it did train
     for part in ("global", "local"):
         np.testing.assert_allclose(cached.scores[part].to_numpy(), lf.scores[part].to_numpy(), atol=1e-9)
