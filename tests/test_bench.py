@@ -28,6 +28,7 @@ def test_step_parts_time_every_joint_and_leave_the_weights_alone():
         "forward + loss + gradients",
         "full step (+ SGD update, clip 5)",
         "cross-entropy alone (forward + backward)",
+        "  the same by TensorFlow's sparse op (before)",
     ]
     assert all(ms > 0 for ms in parts.values())
     for a, b in zip(start, model.get_weights()):

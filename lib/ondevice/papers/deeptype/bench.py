@@ -91,11 +91,17 @@ def step_parts(model, task, batch: tuple, repeats: int) -> dict[str, float]:
         opt.apply_gradients(zip(grads, variables))
         return loss
 
-    def cross_entropy(logits, y):
+    def cross_entropy(logits, y, loss=task.loss):
         with tf.GradientTape() as tape:
             tape.watch(logits)
-            loss = task.loss(y, logits)
-        return tape.gradient(loss, logits)
+            value = loss(y, logits)
+        return tape.gradient(value, logits)
+
+    def sparse_op(y, logits):  # the loss before `next_word.cross_entropy`, for the comparison
+        ce, mask = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), tf.cast(y != 0, tf.float32)
+        return tf.reduce_sum(ce * mask) / (
+            tf.cast(tf.shape(y)[0], tf.float32) if task.loss_per == "sample" else tf.reduce_sum(mask)
+        )
 
     logits = tf.random.stateless_normal([*y.shape, model.output_shape[-1]], seed=[5, 6])
     parts = {
@@ -104,6 +110,7 @@ def step_parts(model, task, batch: tuple, repeats: int) -> dict[str, float]:
         "forward + loss + gradients": (gradients, (x, y)),
         "full step (+ SGD update, clip 5)": (step, (x, y)),
         "cross-entropy alone (forward + backward)": (cross_entropy, (logits, y)),
+        "  the same by TensorFlow's sparse op (before)": (lambda a, b: cross_entropy(a, b, sparse_op), (logits, y)),
     }
     start, out = model.get_weights(), {}
     for name, (fn, args) in parts.items():
