@@ -62,3 +62,22 @@ def assert_same_update(actual, desired, start, terms: int, layers: int = 1, err_
     atol = float32_sum_tolerance(terms, np.abs(other).max(initial=0.0), layers)
     atol += 4 * EPS * float(np.abs(start).max(initial=0.0))
     np.testing.assert_allclose(move, other, rtol=0, atol=atol, err_msg=err_msg)
+
+
+def keras_terms(model) -> int:
+    """Summed float32 terms along a Keras model's chain of layers (for a deep network, to pass to
+    float32_deep_tolerance): each convolution's or dense layer's fan-in (kernel area x input channels,
+    a depthwise one's kernel area) plus its bias, and each global average pooling's area."""
+    import tf_keras as keras
+
+    terms = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.DepthwiseConv2D):
+            terms += int(np.prod(layer.kernel_size)) + int(layer.use_bias)
+        elif isinstance(layer, keras.layers.Conv2D):
+            terms += int(np.prod(layer.kernel_size)) * int(layer.input_shape[-1]) + int(layer.use_bias)
+        elif isinstance(layer, keras.layers.Dense):
+            terms += int(layer.input_shape[-1]) + int(layer.use_bias)
+        elif isinstance(layer, keras.layers.GlobalAveragePooling2D):
+            terms += int(np.prod(layer.input_shape[1:3]))
+    return terms

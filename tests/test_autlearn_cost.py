@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import tf_keras as keras
 
+from numerics import assert_close_float32, lstm_terms
 from ondevice.models import lstm_lm
 from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
 
@@ -50,7 +51,10 @@ def test_pruning_removes_the_lowest_norm_units_and_matches_zeroing_them(layer):
     assert pruning.width(pruned.get_layer(layer)) == pruning.width(model.get_layer(layer)) - 4
     assert pruning.parameters(pruned) < pruning.parameters(model)
     x = tokens()
-    np.testing.assert_allclose(pruned(x).numpy(), zeroed_copy(model, layer, removed)(x).numpy(), atol=1e-5)
+    # narrower layers vs zeroed units: other shapes, so other summation orders of the same nonzero terms (the
+    # 2 LSTM layers' gate sums over 7 steps, then 12 + 1); zeroing the wrong units changes the logits by ~100%
+    zeroed = zeroed_copy(model, layer, removed)(x).numpy()
+    assert_close_float32(pruned(x).numpy(), zeroed, terms=lstm_terms(x.shape[1], 8, 12) + 13)
     assert not np.allclose(pruned(x).numpy(), model(x).numpy(), atol=1e-4)  # it did change the model
 
 
@@ -60,7 +64,10 @@ def test_pruning_a_convolution_shrinks_the_depthwise_layer_and_the_consumer():
     pruned = pruning.prune(model, "conv", removed)
     assert pruned.get_layer("dw").depthwise_kernel.shape[2] == 4 and pruned.get_layer("fc").kernel.shape[0] == 4
     x = np.random.default_rng(2).normal(size=(2, 8, 8, 3)).astype(np.float32)
-    np.testing.assert_allclose(pruned(x).numpy(), zeroed_copy(model, "conv", removed)(x).numpy(), atol=1e-4)
+    # as above: the 3x3x3 convolution (27 + 1 terms), the depthwise 3x3 (9), the 6 x 6 pooling, then 6 + 1 and
+    # 5 + 1 terms, each layer in other shapes
+    zeroed = zeroed_copy(model, "conv", removed)(x).numpy()
+    assert_close_float32(pruned(x).numpy(), zeroed, terms=28 + 9 + 36 + 7 + 6)
     assert pruning.candidates(model) == ["conv", "fc"]  # the output layer never loses units
     with pytest.raises(ValueError, match="output"):
         pruning.prune(model, "head", [0])
@@ -139,8 +146,13 @@ def test_compiler_paths_give_the_same_loss_for_the_same_steps():
         step = protocol.step_function(params, "text", path, model, "softmax")
         losses[path] = [step(x, y), step(x, y)]  # the second loss shows the first update agreed too
     assert losses["tensorflow"][1] < losses["tensorflow"][0]
+    # other compilers' kernels: a loss sums the 2 LSTM layers' gate terms over the 6 steps, the softmax's 12 + 1,
+    # the 30-word log-sum-exp and the mean over the 24 positions (the first step's rounding moves the weights
+    # by lr x that relative error of the gradient: negligible on the second loss, which the step lowered by
+    # ~0.04, 250x the tolerance)
+    terms = lstm_terms(x.shape[1], 8, 12) + 13 + 30 + x.size
     for path in ("xla", "tflite"):
-        np.testing.assert_allclose(losses[path], losses["tensorflow"], rtol=1e-5)
+        assert_close_float32(losses[path], losses["tensorflow"], terms=terms)
 
 
 def test_bad_parameters_name_the_parameter():

@@ -76,6 +76,7 @@ def test_client_update_trains_for_real_and_reports_its_steps():
     keep = common.to_slots(state.slot_places, y)
     _, val = common.split_latest(x, keep, params.validation_fraction)
     rt.device_model.set_weights(state.weights)
+    # one code path: fit_until_plateau recorded this same function of the same (kept) weights
     assert common.mean_cross_entropy(rt.device_model, *val) == pytest.approx(fit["best_validation_loss"], rel=1e-5)
     rt.device_model.set_weights(common.grow(init, start.slot_places, y)[0])
     assert fit["best_validation_loss"] < common.mean_cross_entropy(rt.device_model, *val) - 0.1  # it moved

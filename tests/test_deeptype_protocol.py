@@ -145,6 +145,7 @@ def test_global_stopping_rule_is_the_old_one(speeches):
     model = common.build_model(params, corpus, params.seed)
     model.set_weights(entry.weights)
     task = common.task(params)
+    # one code path: global training scored each epoch with this evaluation, and the kept weights are returned
     assert np.log(task.evaluate(model, corpus.holdout_samples)["perplexity"]) == pytest.approx(
         losses[kept - 1], rel=1e-5
     )

@@ -5,7 +5,7 @@ combined variant trained, exported to TFLite and parity-checked."""
 import numpy as np
 import pytest
 
-from numerics import assert_close_float32, lstm_terms
+from numerics import assert_close_float32, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.device import tflite
 from ondevice.models import lstm_lm
@@ -138,8 +138,16 @@ def test_combined_variant_trains_exports_and_matches_tflite(setup):
     np.testing.assert_array_equal(model.get_layer("softmax_svd").get_weights()[0], frozen)
     batches = list(hooks[1].batches(task, data, 4, np.random.default_rng(3)))[:3]
     check = tflite.compare_training(model, task, 1e-2, batches, hooks=hooks)
-    np.testing.assert_allclose(check["tflite"], check["tensorflow"], atol=1e-5)
-    np.testing.assert_allclose(check["outputs_tflite"], check["outputs_tensorflow"], atol=1e-4)
+    # TensorFlow vs TFLite kernels: a loss sums the 2 LSTM layers' gate terms over the batch's length, the
+    # factored softmax's 12 then 3 + 1 terms, the log-sum-exp over the kept words and the mean over positions.
+    # The outputs after the 3 steps add each step's gradient error (as long a chain again) on how far
+    # training moved them (Adam: ~lr a step, so another lr or sign changes that by ~100%).
+    terms = max(lstm_terms(x.shape[1], 8, 12) + 12 + 4 + vmap.size + x.size for x, _ in batches)
+    assert_close_float32(check["tflite"], check["tensorflow"], terms=terms)
+    outputs = check["outputs_tensorflow"]
+    moved = np.abs(outputs - model(batches[0][0], training=False).numpy()).max()
+    atol = float32_sum_tolerance(terms, np.abs(outputs).max()) + float32_sum_tolerance(3 * terms, moved)
+    np.testing.assert_allclose(check["outputs_tflite"], outputs, rtol=0, atol=atol)
     assert check["outputs_tflite"].shape[-1] == vmap.size
 
 
@@ -185,10 +193,16 @@ def test_svd_retraining_to_a_plateau_records_the_untrained_epoch_and_keeps_the_b
     compressed = svd.compress(model, 3)
     compressed.set_weights(entry.weights)
     held = float(np.log(task.evaluate(compressed, samples)["perplexity"]))
-    assert held == pytest.approx(history[kept]["holdout_loss"], rel=1e-5)  # the kept epoch's weights are returned
+    # the kept epoch's weights are returned: the same evaluation of the same weights (one code path)
+    assert held == pytest.approx(history[kept]["holdout_loss"], rel=1e-5)
     sweep = svd.rank_sweep(model, (0.25, 1.0), 12, task, samples)
     full = float(np.log(task.evaluate(model, samples)["perplexity"]))
-    assert list(sweep["rank"]) == [3, 12] and sweep.holdout_loss.iloc[1] == pytest.approx(full, rel=1e-4)
+    # full rank: h @ U @ V (12 + 12 terms and the SVD's rounding) vs h @ W (12 + 1) after the LSTM chain, then
+    # the 30-word log-sum-exp and the sum over the held-out positions
+    positions = int((samples.labels != PAD_ID).sum())
+    terms = lstm_terms(int(samples.lengths.max()), 8, 12) + 12 + 12 + 13 + 30 + positions
+    assert list(sweep["rank"]) == [3, 12]
+    assert sweep.holdout_loss.iloc[1] == pytest.approx(full, rel=float32_sum_tolerance(terms, 1.0))
 
 
 def test_global_rate_is_the_global_trainers_schedule():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from numerics import assert_close_float32
+from numerics import assert_close_float32, assert_same_update
 from ondevice.data import manifests
 from ondevice.models import yamnet
 from ondevice.papers.moil import audio_data, audio_model, forgetting, protocol
@@ -59,8 +59,11 @@ def test_fmc_gives_the_same_result_as_lf_without_caching(tiny, tmp_path):
     losses = [h["loss"] for h in cached.history[1:]]
     assert_close_float32(losses, [h["loss"] for h in lf.history[1:]], terms=9000, deep=True)
     assert cached.history[1]["loss"] != cached.history[2]["loss"]  # it did train
-    for part in ("global", "local"):
-        np.testing.assert_allclose(cached.scores[part].to_numpy(), lf.scores[part].to_numpy(), atol=1e-9)
+    # the AUCs on this random YAMNet say nothing (its activations vanish by layer 12, every clip scores
+    # alike), so the paths are compared where they differ: the trained weights, moved by the same steps
+    # (float32 rounding of those ~9000-term sums, scaled by the move; frozen layers must not move at all)
+    for after, want, start in zip(cached.weights, lf.weights, pre.weights):
+        assert_same_update(after, want, start, terms=9000)
     assert cached.cache["feature_shape"] == "6x4x512"
     assert sorted(p.name for p in tmp_path.glob("*.npy")) == ["global-0.npy", "local-0.npy", "train-0.npy"]
     table = exp.cache_table(cached, data)

@@ -156,6 +156,7 @@ def test_per_sample_loss_is_the_per_position_loss_times_positions_per_sample():
     logits = model(x, training=False)
     per_position = float(NextWordTask().loss(y, logits))
     per_sample = float(NextWordTask(loss_per="sample").loss(y, logits))
+    # one code path: the same masked sum of the same logits, divided by a count or by len(y) (an ulp or two)
     assert per_sample == pytest.approx(per_position * (y != 0).sum() / len(y), rel=1e-5)
     with pytest.raises(ValueError, match="loss_per"):
         NextWordTask(loss_per="token")
