@@ -20,13 +20,13 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import pandas as pd
-import tensorflow as tf
 import tf_keras as keras
 
 from ondevice import streams
 from ondevice.device import tflite
 from ondevice.papers.moil.techniques import feature_cache, layer_freezing
 from ondevice.params import Params
+from ondevice.tasks import inference
 from ondevice.training.trainer import History, StepTimer, Trainer, seed_everything
 
 EVALUATION_BATCH = 256  # samples per compiled inference call (scoring, caching the evaluation sets)
@@ -97,10 +97,8 @@ def label(alpha: float, n: int | None = None, fmc: bool = False, separator: str 
 
 def forward(model: keras.Model):
     """Inference-mode logits of `model` as a NumPy array, one compiled call per batch."""
-    fn = tf.function(
-        lambda x: model(x, training=False), input_signature=[tf.TensorSpec([None, *model.input_shape[1:]], tf.float32)]
-    )
-    return lambda x: fn(np.asarray(x, np.float32)).numpy()
+    fn = inference(model)
+    return lambda x: fn(x).numpy()
 
 
 def fit_epoch(trainer: Trainer, data, batch_size: int, rng) -> float:
