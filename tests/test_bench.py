@@ -4,14 +4,14 @@ is cut at its joints, and evaluation throughput is measured on samples `task.eva
 import numpy as np
 
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import bench
+from ondevice.papers.deeptype import bench_measures
 from ondevice.tasks.next_word import NextWordTask
 
 CONFIG = lstm_lm.LSTMConfig(input_vocab=60, output_vocab=50, embedding_dim=6, hidden_units=8, layers=2)
 
 
 def test_step_flops_counts_the_printed_formula_by_hand():
-    total, forward, formula = bench.step_flops(CONFIG, batch=4, length=5)
+    total, forward, formula = bench_measures.step_flops(CONFIG, batch=4, length=5)
     per_position = 2 * 4 * 8 * (6 + 8) + 2 * 4 * 8 * (8 + 8) + 2 * 8 * 50  # two LSTM layers, softmax
     assert total == 3 * per_position * 4 * 5
     assert f"{per_position:,}" in forward and "3 x" in formula and f"{total / 1e9:.4f} GFLOP" in formula
@@ -21,7 +21,7 @@ def test_step_parts_time_every_joint_and_leave_the_weights_alone():
     model, rng = lstm_lm.build(CONFIG, seed=0), np.random.default_rng(0)
     start = model.get_weights()
     batch = rng.integers(2, 60, (4, 5), dtype=np.int32), rng.integers(2, 50, (4, 5), dtype=np.int32)
-    parts = bench.step_parts(model, NextWordTask(), batch, repeats=2)
+    parts = bench_measures.step_parts(model, NextWordTask(), batch, repeats=2)
     assert list(parts) == [
         "forward",
         "forward + loss",
@@ -37,15 +37,15 @@ def test_step_parts_time_every_joint_and_leave_the_weights_alone():
 
 def test_eval_throughput_runs_the_real_evaluation_and_matches_the_eager_one():
     model = lstm_lm.build(CONFIG, seed=0)
-    r = bench.eval_throughput(model, NextWordTask(), CONFIG, n_words=40)
+    r = bench_measures.eval_throughput(model, NextWordTask(), CONFIG, n_words=40)
     assert r["positions_per_s"] > r["words_per_s"] > 0 and 6 <= r["positions_per_s"] / r["words_per_s"] <= 13
     assert r["eager_positions_per_s"] > 0 and r["same_chars_needed"]
 
 
 def test_compiled_evaluation_gives_every_words_chars_needed_as_the_eager_per_sample_one():
-    model, samples = lstm_lm.build(CONFIG, seed=1), bench.eval_samples(CONFIG, n_words=300, seed=2)
+    model, samples = lstm_lm.build(CONFIG, seed=1), bench_measures.eval_samples(CONFIG, n_words=300, seed=2)
     samples.labels[::7] = 1  # some <unk> words: never a hit
     got = NextWordTask(k=3).evaluate(model, samples)["chars_needed"]
-    want = bench.eager_evaluate(model, samples, k=3)
+    want = bench_measures.eager_evaluate(model, samples, k=3)
     np.testing.assert_array_equal(got, want)
     assert 0 < (got < samples.word_len).sum() < len(got)  # some words suggested early, some never
