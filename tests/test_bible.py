@@ -1,10 +1,13 @@
 """The Bible through its manifest and the per-user text type (books as users), and the far-corpus
 DeepType corpus built from it: same users and split as the crowd's, its own vocabulary."""
 
+import dataclasses
+
 import pytest
 
 from ondevice.data import bible, manifests, user_text
 from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
 
 
@@ -52,3 +55,13 @@ def test_held_out_global_text_is_disjoint_from_training_text():
     assert train == sorted(train, key=lambda s: int(s[0][1:]))  # corpus order kept
     everything, none = common._global_text(sents, 0, 0, common.streams.rng(0, "t"))
     assert everything == sents and none == []
+
+
+def test_far_text_has_as_many_words_as_the_crowd_unless_switched_off(speeches):
+    params = dataclasses.replace(Params.for_scale("smoke"), crowd_max_words=0)
+    corpora = exp.load_corpora(params, speeches, lambda _: None)
+    crowd, far = (sum(map(len, corpora[k].crowd)) for k in ("crowd", "far"))
+    longest_verse = max(len(s) for s in corpora["far"].crowd)
+    assert crowd > 100_000 and crowd <= far < crowd + longest_verse  # the paper's equal sizes (Sec. 6.1.1)
+    whole = exp.load_corpora(dataclasses.replace(params, far_words_as_crowd=False), speeches, lambda _: None)
+    assert sum(map(len, whole["far"].crowd)) > 700_000 and whole["crowd"].crowd == corpora["crowd"].crowd

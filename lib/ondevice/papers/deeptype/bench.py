@@ -49,10 +49,11 @@ class Bench:
         inputs = self.rng.integers(2, self.config.input_vocab, shape, dtype=np.int32)
         return inputs, self.rng.integers(2, self.config.output_vocab, shape, dtype=np.int32)
 
-    def time(self, fn, *args, **kw) -> float:
+    def time(self, fn, *args, repeats: int | None = None, warmup: int = 3) -> float:
+        """Median seconds of `fn(*args)` over `repeats` calls (default: the bench's) after `warmup`."""
         from ondevice.papers.deeptype.bench_measures import median_seconds
 
-        return median_seconds(fn, kw.pop("repeats", self.repeats), *args, **kw)
+        return median_seconds(fn, repeats or self.repeats, *args, warmup=warmup)
 
 
 def technique_steps(b: Bench, x, y) -> dict[str, float]:

@@ -307,9 +307,10 @@ def scaled_rule(rule: SplitRule, sizes: dict[str, int]) -> SplitRule:
     )
 
 
-def load_corpus(params: DeepTypeParams, speeches=None, log=print, global_text: str = "crowd") -> Corpus:
+def load_corpus(params: DeepTypeParams, speeches=None, log=print, global_text="crowd", max_words=None) -> Corpus:
     """Read the users, split them, take the global text (the crowd's sentences, or the Bible's),
-    hold part of it out, build the vocabulary from the rest. Depends on the data and `seed` only."""
+    hold part of it out, keep up to `max_words` of the rest (None: `crowd_max_words`; 0: all) and
+    build the vocabulary from them. Depends on the data and `seed` only."""
     if global_text not in GLOBAL_TEXTS:
         raise ParameterError(f"global text must be one of {GLOBAL_TEXTS}, got {global_text!r}")
     manifest, users = read_users(params, speeches)
@@ -328,7 +329,8 @@ def load_corpus(params: DeepTypeParams, speeches=None, log=print, global_text: s
         source, global_manifest = user_text.user_sentences(bible.messages()), manifests.load("bible")
         source = [s for sents in source.values() for s in sents]
     rng = streams.rng(params.seed, "crowd" if global_text == "crowd" else f"global/{global_text}")
-    crowd, held = _global_text(source, params.global_holdout_words, params.crowd_max_words, rng)
+    cap = params.crowd_max_words if max_words is None else max_words
+    crowd, held = _global_text(source, params.global_holdout_words, cap, rng)
     vocab = Vocabulary.from_sentences(crowd, params.vocab_size)
     crowd_samples = build_samples(crowd, vocab, params.context_words)
     holdout = build_samples(held, vocab, params.context_words) if held else None

@@ -49,6 +49,7 @@ class Params(common.DeepTypeParams):
     sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
     adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     tuned_row: bool = True  # also run the validation users' choice on the test users
+    far_words_as_crowd: bool = True  # Bible cut to the crowd's words (Sec. 6.1.1: ~10M samples each "for fairness")
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
@@ -69,8 +70,11 @@ class Params(common.DeepTypeParams):
 
 
 def load_corpora(params: Params, speeches=None, log=print) -> dict[str, Corpus]:
-    """The users with the crowd as global text, and the same users with the Bible as global text."""
-    return {"crowd": load_corpus(params, speeches, log), "far": load_corpus(params, speeches, log, global_text="bible")}
+    """The users with the crowd as global text, and the same users with the Bible as global text, of as
+    many words as the crowd's (the paper sizes its global corpora alike) unless `far_words_as_crowd` is off."""
+    crowd = load_corpus(params, speeches, log)
+    cap = sum(map(len, crowd.crowd)) if params.far_words_as_crowd else params.crowd_max_words
+    return {"crowd": crowd, "far": load_corpus(params, speeches, log, global_text="bible", max_words=cap)}
 
 
 def train_globals(params: Params, corpora: dict[str, Corpus], log=print) -> dict[str, GlobalModels]:
@@ -202,15 +206,10 @@ def _matrix(users: pd.DataFrame, condition: str, only=None) -> np.ndarray:
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
     """Per seed and condition: median top-k-eff over test users, pooled top-k-eff, data used."""
-    users, median = report.rows_table(rows), lambda c: (c, "median")
-    how = {
-        "users": ("user", "size"),
-        "top_k_eff_median": median("top_k_eff"),
-        "perplexity_median": median("perplexity"),
-    }
-    how |= {c: (c, "sum") for c in ("test_words", "train_words")} | {
-        "unseen_row_shift_median": median("unseen_row_shift")
-    }
+    users, med = report.rows_table(rows), lambda c: (c, "median")
+    how = {"users": ("user", "size"), "top_k_eff_median": med("top_k_eff"), "perplexity_median": med("perplexity")}
+    how |= {c: (c, "sum") for c in ("test_words", "train_words")}
+    how["unseen_row_shift_median"] = med("unseen_row_shift")
     summary = users.groupby(["seed", "condition"], as_index=False).agg(**how)
     chars = report.pooled(rows)
     summary.insert(4, "top_k_eff_pooled", [top_k_eff(*chars[k][:2]) for k in zip(summary.seed, summary.condition)])
