@@ -155,14 +155,22 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
             row("personalization raises top-k-eff (far-corpus global model)", 0.05, 0.04, 0.0, 0.09),
         ]
     )
-    users = pd.DataFrame({"condition": [exp.P_CROWD] * 3 + [exp.P_FAR], "kept_epoch": [0, 0, 2, 1]})
+    users = pd.DataFrame(
+        {
+            "seed": 0,
+            "user": ["a", "b", "c", "d"] * 2,
+            "condition": [exp.P_CROWD] * 3 + [exp.P_FAR] + [exp.G_CROWD] * 3 + [exp.G_FAR],
+            "kept_epoch": [0, 0, 2, 1] + [np.nan] * 4,
+            "top_k_eff": [0.5, 0.5, 0.45, 0.3, 0.5, 0.5, 0.5, 0.3],
+        }
+    )
     switched = pd.DataFrame(
         [row("x", 0.099, -0.05, -0.08, -0.02) | {"protocol": "this protocol"}]
         + [row("x", 0.099, -0.1, -0.12, -0.08) | {"protocol": "fixed personal epochs, no per-user hold-out"}]
     )
     out = exp.sensitivity.diagnose(effects, users, {"sensitivity": switched})
     assert out.diagnosis[0] == (
-        "2 of 3 user runs kept the global model (epoch 0); "
+        "2 of 3 user runs kept the global model (epoch 0); the 1 that trained changed top-k-eff by -10.0% (median); "
         "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
     assert out.section[0] == exp.sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""

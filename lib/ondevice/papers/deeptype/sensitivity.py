@@ -143,16 +143,22 @@ PERSONALIZED = {
 def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> pd.DataFrame:
     """Fill the diagnosis of each personalization effect the audit rule flags (interval excludes the
     paper's change, >3x off or of the other sign) with this run's measurements: how many user runs
-    kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines)
-    and, for the crowd, the effect with each choice switched back (`table`)."""
+    kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines),
+    the median change of those that trained against their global model, and, for the crowd, the
+    effect with each choice switched back (`table`)."""
     effects, switched = effects.copy(), (more or {}).get("sensitivity")
     for i, row in effects.iterrows():
         condition = next((c for phrase, c in PERSONALIZED.items() if phrase in row.effect), None)
         flagged = claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) == "unexplained"
         if condition is None or not flagged:
             continue
-        kept = users[users.condition == condition].kept_epoch
+        personal = users[users.condition == condition]
+        kept, trained = personal.kept_epoch, personal[personal.kept_epoch > 0]
         line = f"{int((kept == 0).sum())} of {len(kept)} user runs kept the global model (epoch 0)"
+        if len(trained):
+            start = users[users.condition == condition.removesuffix(" + personal")].set_index(["seed", "user"])
+            change = trained.top_k_eff.to_numpy() / start.top_k_eff[list(zip(trained.seed, trained.user))].to_numpy()
+            line += f"; the {len(trained)} that trained changed top-k-eff by {np.median(change) - 1:+.1%} (median)"
         if switched is not None and condition.startswith("crowd"):
             line += "; other protocols: " + "; ".join(
                 f"{r.protocol} {r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
