@@ -174,6 +174,7 @@ class PlaceData:
     vocabulary_size: int
     excluded: list[str]  # devices with too few days with data
     known_from: np.ndarray | None = None  # per place id, the first part by which it is known
+    days: dict[str, int] | None = None  # days with data of every device read, kept or excluded
 
     def summary(self) -> pd.DataFrame:
         """Aggregate counts per part (no place, point or coordinate is in it); "share elsewhere" counts
@@ -214,4 +215,5 @@ def build(points_by_device: dict[str, pd.DataFrame], rule: PlaceRule) -> PlaceDa
         else:
             s.known_from = known_from
             devices[uid] = s
-    return PlaceData(rule, devices, len(vocab) + 1, excluded, known_from)
+    days = {uid: len(np.unique(w.window.to_numpy(np.int64) * BIN_SECONDS // 86400)) for uid, w in wins.items()}
+    return PlaceData(rule, devices, len(vocab) + 1, excluded, known_from, days)

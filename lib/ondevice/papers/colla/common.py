@@ -74,11 +74,14 @@ class CollaParams(Params):
     pull_epochs: int = 30  # first pull: distilling the cloud model into the small one
     client_max_epochs: int = 50  # client update, with early stopping
     patience: int = 20  # client updates: epochs without a lower validation loss (paper: 20)
+    patience_steps: int = 0  # client updates wait at least this many optimizer steps (0: epochs only)
     cloud_patience: int = 20  # cloud bootstrap, first pull and CT (paper: 20)
     ct_max_epochs: int = 30  # CT's training per cycle, warm-started, with early stopping
     validation_fraction: float = 0.2  # the latest part of a cycle's data, for early stopping (paper 16:4)
     cloud_update_epochs: int = 3  # cloud distillation per update
     seeds: int = 1
+    control_devices: int = 8  # control (2): the devices with the most samples in cycles 1..cycles
+    control_tolerance: float = 0.02  # a control passes when the model is at most this far below the table
 
     def check(self) -> None:
         for name in (
@@ -104,6 +107,9 @@ class CollaParams(Params):
             "min_place_bins",
         ):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
+        self.require(self.patience_steps >= 0, "patience_steps", "must be at least 0")
+        self.require(self.control_devices >= 1, "control_devices", "must be at least 1")
+        self.require(0 <= self.control_tolerance < 1, "control_tolerance", "must be in [0, 1)")
         self.require(self.users == 0 or self.users >= 2, "users", "must be 0 (all) or at least 2")
         self.require(self.cell_m > 0, "cell_m", "must be positive")
         self.require(0 <= self.lam <= 1, "lam", "must be in [0, 1]")
@@ -168,6 +174,31 @@ class Devices:
     def cloud_data(self) -> tuple[np.ndarray, np.ndarray]:
         """The cloud's initial data: part 0 of every device (stage 1)."""
         return self.pooled([0], known_by=0)
+
+    def qualification(self, cycles: int) -> pd.DataFrame:
+        """How many of the devices read have the days with data that a (bootstrap, cycle) split
+        into `cycles` update cycles plus a test period needs: this run's, the paper's (the first
+        month, then T = 20 days) and the `paper` preset's 10-day bootstrap and cycles."""
+        days = np.array(list((self.data.days or {}).values()))
+        rule = self.data.rule
+        rows = []
+        for label, boot, cycle in (
+            ("this run", rule.bootstrap_days, rule.cycle_days),
+            ("paper: first month, T = 20 days", 30, 20),
+            ("10-day bootstrap and cycles", 10, 10),
+        ):
+            need = boot + (cycles + 1) * cycle
+            rows.append(
+                {
+                    "split": label,
+                    "bootstrap_days": boot,
+                    "cycle_days": cycle,
+                    "days_needed": need,
+                    "devices_read": len(days),
+                    "devices_qualifying": int((days >= need).sum()),
+                }
+            )
+        return pd.DataFrame(rows)
 
     def digest(self) -> str:
         h = hashlib.sha256()
@@ -248,6 +279,8 @@ SHARED_PRESETS = {
         cloud_update_epochs=1,
         rate_grid=(0.01, 0.1),
         validation_devices=2,
+        patience_steps=4,
+        control_devices=3,
     ),
     # the 45 users of the mirror: 6 + 4 x 5 = 26 days with data, which every one of them has; the
     # paper's patience 20 everywhere (restoring the best epoch); CT warm-starts each cycle
@@ -266,6 +299,12 @@ SHARED_PRESETS = {
         # median best validation loss 2.025 at 0.003, 1.909 at 0.01, 1.916 at 0.03, 2.220 at 0.1 (the paper's);
         # each run re-measures it (tables/rate_choice.csv, notes.device_learning_rate_measured)
         device_learning_rate=0.01,
+        # client updates wait as many optimizer steps as the paper's sampled device would: 293 samples,
+        # 16:4 train/validation -> 234 training samples -> ceil(234 / 32) = 8 steps an epoch x patience 20 =
+        # 160 steps (a conversion, not a choice among values; at our median 20 training samples an epoch is
+        # one step, so patience 20 epochs was 20 steps). A probe on the 8 devices with the most data (one fit
+        # on cycles 1-3, seed 0) kept the same epoch in all 8 fits as patience 20 epochs
+        patience_steps=160,
     ),
     # every GeoLife user with 50 days with data (the paper's 30 + 3 x 20 calendar days would leave
     # few GeoLife users)
@@ -280,6 +319,7 @@ SHARED_PRESETS = {
         cloud_patience=20,
         ct_max_epochs=100,
         cloud_update_epochs=5,
+        patience_steps=160,  # as default's
     ),
 }
 
@@ -486,8 +526,14 @@ def fit_until_plateau(
     patience: int | None = None,
 ) -> tuple[list[np.ndarray], History]:
     """Train from `weights` until the validation loss (hard labels) has not fallen by more than
-    1e-6 for `patience` epochs (default: the client updates' `params.patience`), keeping the best
-    epoch's weights (the paper's rule). Returns them and one row per epoch."""
+    1e-6 for `patience` epochs, keeping the best epoch's weights (the paper's rule). Returns them
+    and one row per epoch. Without `patience` (client updates) the wait is `params.patience` epochs
+    or `patience_steps` optimizer steps, whichever is longer, and the epoch cap grows to fit it:
+    at batch 32 a device with 20 training samples makes one step an epoch, the paper's sampled
+    device (293 samples) eight."""
+    if patience is None:
+        patience = client_patience(params, len(train[1]))
+        max_epochs = max(max_epochs, patience + 1)
     trainer.reset(weights)
     history = trainer.fit(
         train,
@@ -495,9 +541,16 @@ def fit_until_plateau(
         params.batch_size,
         rng,
         evaluate=lambda model: {"validation_loss": mean_cross_entropy(model, *val)},
-        stop=Plateau(patience or params.patience, 1e-6, relative=False, monitor="validation_loss"),
+        stop=Plateau(patience, 1e-6, relative=False, monitor="validation_loss"),
     )
     return trainer.model.get_weights(), history
+
+
+def client_patience(params: CollaParams, train_samples: int) -> int:
+    """Epochs a client update waits for a lower validation loss: `patience`, or as many as give
+    `patience_steps` optimizer steps at `batch_size`, whichever is more."""
+    steps_per_epoch = -(-max(train_samples, 1) // params.batch_size)
+    return max(params.patience, -(-params.patience_steps // steps_per_epoch))
 
 
 def split_latest(x: np.ndarray, y: np.ndarray, fraction: float):

@@ -126,7 +126,8 @@ def scores(y: np.ndarray, predicted: np.ndarray) -> dict:
     }
 
 
-def _device_predictions(model, state: DeviceState, x: np.ndarray) -> np.ndarray:
+def device_predictions(model, state: DeviceState, x: np.ndarray) -> np.ndarray:
+    """The places a device model predicts (the place held by the top slot)."""
     model.set_weights(state.weights)
     slots = np.argmax(common.logits(model, x), axis=-1)
     return state.slot_places[slots]
@@ -137,6 +138,7 @@ class SeedRun:
     rows: list[dict] = field(default_factory=list)  # per (cycle, device, method): scores
     groups: list[pd.DataFrame] = field(default_factory=list)
     boundary: Boundary = field(default_factory=Boundary)
+    ct_weights: list[np.ndarray] | None = None  # CT's model after the last cycle
 
 
 def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, columns, seed: int, label: str):
@@ -202,7 +204,7 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
                 label = f"{method}/{uid}/{cycle}"
                 state[method][uid], fit = client_update(rt, trainer, state[method][uid], x, y, columns, seed, label)
                 tx, ty = tests[uid]
-                predicted = _device_predictions(rt.device_model, state[method][uid], tx)
+                predicted = device_predictions(rt.device_model, state[method][uid], tx)
                 out.rows.append(
                     {**base, "device": uid, "method": method, **scores(ty, predicted), "train_samples": len(x)}
                     | fit
@@ -210,9 +212,7 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
                 )
         # CT: the cloud trains the heavy model on every device's raw data so far (parts 0..cycle)
         pooled_x, pooled_y = devices.pooled(list(range(cycle + 1)), known_by=cycle)
-        train, val = common.split_random(
-            pooled_x, pooled_y, p.validation_fraction, streams.rng(seed, f"ct/val/{cycle}")
-        )
+        train, val = ct_split(p, devices, cycle, seed)
         ct_weights, history = common.fit_until_plateau(
             rt.ct, ct_weights, train, val, p, streams.rng(seed, f"ct/{cycle}"), p.ct_max_epochs, p.cloud_patience
         )
@@ -238,6 +238,7 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
             out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids
         ]
         out.groups.append(cloud.update(uploads, cycle).assign(seed=seed))
+        out.ct_weights = ct_weights
         frame = pd.DataFrame([r for r in out.rows if r["cycle"] == cycle])
         medians = frame.groupby("method").accuracy.median()
         log(
@@ -246,6 +247,19 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
             + f" ({time.perf_counter() - start:.1f}s)"
         )
     return out
+
+
+def ct_split(params: CollaParams, devices: Devices, cycle: int, seed: int):
+    """CT's (train, validation) of a cycle: every device's raw data so far, split at random."""
+    x, y = devices.pooled(list(range(cycle + 1)), known_by=cycle)
+    return common.split_random(x, y, params.validation_fraction, streams.rng(seed, f"ct/val/{cycle}"))
+
+
+def last_period(devices: Devices) -> tuple[np.ndarray, np.ndarray]:
+    """Every device's samples of the last test period, places known by the last cycle."""
+    c = devices.data.rule.cycles
+    taken = [devices.samples(u, [c + 1], known_by=c) for u in devices.uids]
+    return np.concatenate([x for x, _ in taken]), np.concatenate([y for _, y in taken])
 
 
 def validation_devices(params: CollaParams, devices: Devices) -> list[str]:

@@ -66,26 +66,30 @@ def shared_share(shared: pd.DataFrame) -> float:
     return float(shared["to places seen on other devices"].sum() / max(shared.changes.sum(), 1))
 
 
-def diagnose(effects: pd.DataFrame, last: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+PAPER_DEVICE_SAMPLES = 293  # the paper's sampled top-100 device, one 20-day cycle (Sec. 5.3)
+
+
+def diagnose(effects: pd.DataFrame, last: pd.DataFrame, controls: pd.DataFrame, samples: float) -> pd.DataFrame:
     """Fill the diagnosis of each effect the audit rule flags (interval excludes the paper's change,
-    >3x off or of the other sign) with one line of this run's measurements: the two medians, how
-    often client fits kept their first epoch and why (validation labels at places absent from the
-    cycle's training part), and where the Markov baselines stand."""
+    >3x off or of the other sign) with this run's measurements: the two medians, the samples per
+    device and cycle against the paper's sampled device, and the known-answer controls (a model
+    with the paper's inputs against the Markov table, and with the table's input only), which
+    tell untrained models from inputs that generalise worse than the table."""
     medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
-    client = steps[steps.method.isin(["DT", "DT-ws", "Colla"])]
-    kept = float(np.average(client.share_kept_first_epoch, weights=client.fits))
-    new = float(np.average(client.validation_new_places, weights=client.fits))
+    table = controls.set_index(["control", "inputs"])
+    said = "; ".join(
+        f"{c.split(' ', 1)[0]} {inp}: {r['model accuracy']:.3f} vs Markov {r['Markov accuracy']:.3f} ({r.verdict})"
+        for (c, inp), r in table.iterrows()
+    )
     effects = effects.copy()
     for i, row in effects.iterrows():
         if publish.diagnosis(row.to_dict()) != "unexplained":
             continue
         other = row.effect.rsplit(" ", 1)[-1]
-        line = (
-            f"medians Colla {medians['Colla']:.2f} vs {other} {medians[other]:.2f}; {kept:.0%} of client fits keep "
-            f"their first epoch ({new:.0%} of validation labels are places absent from the cycle's training part); "
-            f"Markov per device {medians[MARKOV]:.2f}, pooled {medians['Markov (pooled)']:.2f}"
+        effects.loc[i, "diagnosis"] = (
+            f"medians Colla {medians['Colla']:.2f} vs {other} {medians[other]:.2f}; a device has a median "
+            f"{samples:.0f} samples per cycle (the paper's sampled device {PAPER_DEVICE_SAMPLES}); controls {said}"
         )
-        effects.loc[i, "diagnosis"] = line
     return effects
 
 

@@ -5,7 +5,7 @@ beside non-neural baselines on the same splits.
 Stages (one notebook section each): `load_devices`, `bootstrap` (stage 1 cloud model and stage 2
 first pull, cached), `run_cycles` (`protocol`: per cycle every method's client update on the
 cycle's data, the test on the next cycle's, and Colla's cloud update with model grouping),
-`conclude`. Tables and figures are in `report`.
+`controls` (the known-answer controls: `controls`), `conclude`. Tables and figures are in `report`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.colla import common
+from ondevice.papers.colla import common, controls
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
 from ondevice.papers.colla.protocol import (  # noqa: F401  (stages)
     BASELINES,
@@ -55,6 +55,7 @@ OWN_PRESETS = {"smoke": dict(seeds=1, bootstrap=300), "default": dict(seeds=3), 
 @dataclass(frozen=True)
 class Params(CollaParams):
     bootstrap: int = 2000  # resamples of devices for the effects' intervals
+    sequence_variant: bool = True  # also run the other reading of the task (visits <-> bins)
 
     PRESETS = presets(common.SHARED_PRESETS, OWN_PRESETS)
 
@@ -77,6 +78,11 @@ def variant(params: Params, log=print) -> pd.DataFrame:
     return cycles_table(run_cycles(other, devices, bootstrap(other, devices, log), log)).assign(sequence=other.sequence)
 
 
+def run_controls(params: Params, devices: Devices, runs: list[SeedRun], log=print) -> pd.DataFrame:
+    """The known-answer controls (`controls`), CT's with the paper's inputs on this run's CT models."""
+    return controls.run_controls(params, devices, {s: r.ct_weights for s, r in zip(params.seed_list, runs)}, log)
+
+
 def conclude(
     params: Params,
     devices: Devices,
@@ -85,6 +91,7 @@ def conclude(
     wall_time_s: float,
     choice: pd.DataFrame | None = None,
     other: pd.DataFrame | None = None,
+    control: pd.DataFrame | None = None,
 ) -> record.Result:
     cycles = cycles_table(runs)
     last = final(cycles)
@@ -120,9 +127,14 @@ def conclude(
         PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices"
     )
     steps = training_steps(cycles)
-    effects = diagnose(effects, last, steps)
+    data = devices.table()
+    checked = controls.summary(control) if control is not None else None
+    if checked is not None:
+        samples = float(data[data.part != "bootstrap (cloud)"]["samples per device, median"].median())
+        effects = diagnose(effects, last, checked, samples)
     tables = {
-        "data": devices.table(),
+        "data": data,
+        "qualification": devices.qualification(params.cycles),
         "cycles": cycles,
         "summary": summary,
         "best_shares": shares,
@@ -140,6 +152,8 @@ def conclude(
     }
     if choice is not None:
         tables["rate_choice"] = choice
+    if control is not None:
+        tables["controls"], tables["controls_summary"] = control, checked
     if other is not None:
         tables[f"summary_{other.sequence.iloc[0]}"] = summary_table(final(other))
         tables[f"versus_baselines_{other.sequence.iloc[0]}"] = versus_baselines(final(other))
@@ -159,6 +173,9 @@ def conclude(
             "sequence": params.sequence,
             "seeds": params.seed_list,
             "device_learning_rate_measured": chosen_rate(choice) if choice is not None else None,
+            "controls": None
+            if checked is None
+            else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
             "share of test place changes to places seen on other devices": shared_share(tables["shared_places"]),
             "uploads": sum(1 for log in crossings for c in log if c[0] == "up"),
             "downloads": sum(1 for log in crossings for c in log if c[0] == "down"),
@@ -175,5 +192,6 @@ def run(params: Params, log=print) -> record.Result:
     boot = bootstrap(params, devices, log)
     choice = choose_rate(params, devices, boot, log)
     runs = run_cycles(params, devices, boot, log)
-    other = variant(params, log)
-    return conclude(params, devices, boot, runs, time.perf_counter() - start, choice, other)
+    control = run_controls(params, devices, runs, log)
+    other = variant(params, log) if params.sequence_variant else None
+    return conclude(params, devices, boot, runs, time.perf_counter() - start, choice, other, control)

@@ -1,0 +1,128 @@
+"""Colla's known-answer controls on planted data: devices that walk a first-order Markov chain, so
+a model that learns the chain reaches the chain's table and an untrained one does not; the
+patience conversion; and how many devices a split of days with data keeps."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ondevice.data import places
+from ondevice.models import mrnn
+from ondevice.papers.colla import common, controls, protocol
+from ondevice.papers.colla.experiments import colla
+
+HISTORY = 3
+N_PLACES = 7  # ids 1..6 are places, 0 is "elsewhere"
+NEXT = {1: 2, 2: 3, 3: 1, 4: 5, 5: 6, 6: 4}  # the planted chain's likeliest next place
+
+
+def walk(uid: str, n: int, rng: np.random.Generator, p_follow: float = 0.85) -> places.DeviceSamples:
+    """`n` samples per part (parts 0, 1, 2) of a walk that follows NEXT with `p_follow`, else jumps
+    to another place; time features are noise, so the last place is all there is to learn."""
+    steps = [int(rng.integers(1, N_PLACES))]
+    for _ in range(3 * n + HISTORY):
+        here = steps[-1]
+        others = [p for p in range(1, N_PLACES) if p not in (here, NEXT[here])]
+        steps.append(NEXT[here] if rng.random() < p_follow else int(rng.choice(others)))
+    seq = np.array(steps)
+    X = np.zeros((3 * n, HISTORY, 6), np.int32)
+    for i in range(3 * n):
+        X[i, :, 0] = seq[i : i + HISTORY]
+    for k, size in enumerate((24, 60, 7, 144, 144), start=1):
+        X[..., k] = rng.integers(0, size, X.shape[:2])
+    y = seq[HISTORY : 3 * n + HISTORY].astype(np.int32)
+    return places.DeviceSamples(uid, X, y, np.repeat(np.arange(3), n).astype(np.int8))
+
+
+def planted(n_devices: int = 3, n: int = 120, seed: int = 0) -> common.Devices:
+    rng = np.random.default_rng(seed)
+    rule = places.PlaceRule(history=HISTORY, cycles=1, bootstrap_days=2, cycle_days=2)
+    samples = {f"d{i}": walk(f"d{i}", n, rng) for i in range(n_devices)}
+    return common.Devices(places.PlaceData(rule, samples, N_PLACES, [], None, {}), pd.DataFrame(), "planted")
+
+
+def params(**overrides) -> colla.Params:
+    fields = dict(
+        history=HISTORY,
+        cycles=1,
+        cloud_embedding=8,
+        cloud_hidden=16,
+        device_embedding=4,
+        device_hidden=16,
+        device_slots=8,
+        learning_rate=0.02,
+        device_learning_rate=0.02,
+        ct_max_epochs=40,
+        cloud_patience=5,
+        client_max_epochs=60,
+        patience=5,
+        patience_steps=0,
+        control_devices=2,
+    )
+    return colla.Params.for_scale("smoke", **(fields | overrides))
+
+
+def test_ct_model_reaches_the_planted_chains_table_and_an_untrained_one_does_not():
+    devices, p = planted(), params()
+    trained = controls.ct_control(p, devices, 0, controls.INPUTS[1])
+    # the table on 80% of 2 x 3 x 120 samples finds NEXT: about p_follow = 0.85 of the test labels
+    assert trained["Markov accuracy"] > 0.75
+    assert trained["verdict"] == "passes", trained
+    assert trained["model accuracy"] >= trained["Markov accuracy"] - p.control_tolerance
+    assert trained["steps_to_best"] > 0
+    untrained = mrnn.build(p.cloud_config(devices.places), 5).get_weights()
+    fresh = controls.ct_control(p, devices, 0, controls.INPUTS[1], ct_weights=untrained)
+    assert fresh["verdict"] == "fails" and fresh["model accuracy"] < 0.5
+
+
+def test_device_model_on_the_top_devices_reaches_their_tables():
+    devices, p = planted(n_devices=3, n=150), params()
+    devices.data.devices["d2"] = dataclasses.replace(
+        devices.data.devices["d2"], part=np.where(devices.data.devices["d2"].part == 1, 0, 2).astype(np.int8)
+    )  # d2 has no cycle-1 data: never a top device
+    assert controls.top_devices(p, devices) == ["d0", "d1"]
+    rt = protocol.Runtime(p, devices)
+    got = controls.device_control(p, devices, rt, 0, controls.INPUTS[1])
+    assert got["devices"] == 2 and got["Markov accuracy"] > 0.75
+    assert got["verdict"] == "passes", got
+
+
+def test_last_place_only_keeps_the_tables_input_and_nothing_else():
+    x = np.arange(2 * HISTORY * 6, dtype=np.int32).reshape(2, HISTORY, 6) + 1
+    out = controls.last_place_only(x)
+    assert out[:, -1, 0].tolist() == x[:, -1, 0].tolist()
+    assert out.sum() == x[:, -1, 0].sum()
+
+
+def test_control_summary_judges_the_means_over_seeds_with_the_tolerance():
+    rows = [
+        controls.row("(1) CT vs pooled Markov", "x", s, m, 0.30, 0.02)
+        for s, m in enumerate((0.27, 0.29))  # mean 0.28: exactly the tolerance below
+    ] + [controls.row("(2) device model vs its Markov", "x", 0, 0.25, 0.30, 0.02)]
+    frame = pd.DataFrame(rows)
+    assert frame.verdict.tolist() == ["fails", "passes", "fails"]
+    summary = controls.summary(frame)
+    assert summary.verdict.tolist() == ["passes", "fails"]
+    assert summary.seeds.tolist() == [2, 1]
+    assert summary["model accuracy"].iloc[0] == pytest.approx(0.28)
+
+
+def test_patience_in_steps_converts_the_papers_device():
+    p = params(patience=20, patience_steps=160, batch_size=32)
+    assert common.client_patience(p, 234) == 20  # the paper's device: 8 steps an epoch x 20
+    assert common.client_patience(p, 20) == 160  # one step an epoch: 160 epochs
+    assert common.client_patience(p, 64) == 80
+    assert common.client_patience(params(patience=20, patience_steps=0), 20) == 20
+
+
+def test_qualification_counts_devices_with_the_days_each_split_needs():
+    rule = places.PlaceRule(bootstrap_days=6, cycle_days=5, cycles=3)
+    data = places.PlaceData(rule, {}, 1, [], None, {"a": 26, "b": 50, "c": 110, "d": 25})
+    table = common.Devices(data, pd.DataFrame(), "hand-made").qualification(3).set_index("split")
+    assert table.loc["this run", "days_needed"] == 26 and table.loc["this run", "devices_qualifying"] == 3
+    assert table.loc["paper: first month, T = 20 days", "days_needed"] == 110
+    assert table.loc["paper: first month, T = 20 days", "devices_qualifying"] == 1
+    assert table.loc["10-day bootstrap and cycles", "devices_qualifying"] == 2
+    assert (table.devices_read == 4).all()
