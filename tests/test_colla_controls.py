@@ -126,3 +126,27 @@ def test_qualification_counts_devices_with_the_days_each_split_needs():
     assert table.loc["paper: first month, T = 20 days", "devices_qualifying"] == 1
     assert table.loc["10-day bootstrap and cycles", "devices_qualifying"] == 2
     assert (table.devices_read == 4).all()
+
+
+def test_client_update_stops_on_the_validation_places_its_training_part_has():
+    p = params(patience=3, client_max_epochs=10)
+    devices = planted()
+    rt = protocol.Runtime(p, devices)
+    rng = np.random.default_rng(1)
+    x = np.zeros((50, HISTORY, 6), np.int32)
+    x[:, -1, 0] = rng.integers(1, 4, 50)
+    y = np.array([NEXT[c] for c in x[:, -1, 0]], np.int32)
+    y[-4:] = 6  # the latest samples go to a place the training part never has
+    init = mrnn.build(p.device_config(N_PLACES), 3).get_weights()
+    init[-1] = np.zeros_like(init[-1])
+    state, fit = protocol.client_update(
+        rt, rt.plain, protocol.DeviceState(init, np.full(p.device_slots, -1)), x, y, None, 0, "t"
+    )
+    keep = common.to_slots(state.slot_places, y)
+    _, (vx, vy) = common.split_latest(x, keep, p.validation_fraction)
+    assert fit["validation_new_places"] == pytest.approx(4 / 10)
+    rt.device_model.set_weights(state.weights)
+    learnable = vy != keep[-1]
+    assert common.mean_cross_entropy(rt.device_model, vx[learnable], vy[learnable]) == pytest.approx(
+        fit["best_validation_loss"], rel=1e-5
+    )

@@ -143,19 +143,23 @@ class SeedRun:
 
 def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, columns, seed: int, label: str):
     """Stage 3 on one device: the customised FC grows with the cycle's new places, then the model
-    trains on the earlier 80% of the cycle until the latest 20%'s loss plateaus (best epoch kept).
-    Returns the new state and what the fit did (`training_row`, plus the share of validation labels
-    whose place is absent from the training part: what no model of this device can learn)."""
+    trains on the earlier 80% of the cycle until the loss of the latest 20% plateaus (best epoch
+    kept), counted on the validation labels whose place the training part has: a label at a place
+    absent from it cannot be learnt from this data, and its loss only rises as the model grows sure
+    of the places it can learn, which stopped fits early (the device control, with the table's input,
+    0.224 -> 0.292 against the table's 0.314 on the 8 devices with the most data). Returns the new
+    state and what the fit did (`training_row`, plus the share of such validation labels)."""
     p = rt.params
     weights, slots = common.grow(state.weights, state.slot_places, y, columns)
     keep = common.to_slots(slots, y)
     if (keep >= 0).sum() < 2:
         return DeviceState(weights, slots), training_row([])
     train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
+    learnable = np.isin(val[1], train[1])
+    stop_on = (val[0][learnable], val[1][learnable]) if learnable.any() else val
     rng = streams.rng(seed, f"client/{label}")
-    weights, history = common.fit_until_plateau(trainer, weights, train, val, p, rng, p.client_max_epochs)
-    new = float(np.mean(~np.isin(val[1], train[1])))
-    return DeviceState(weights, slots), training_row(history) | {"validation_new_places": new}
+    weights, history = common.fit_until_plateau(trainer, weights, train, stop_on, p, rng, p.client_max_epochs)
+    return DeviceState(weights, slots), training_row(history) | {"validation_new_places": float(np.mean(~learnable))}
 
 
 def training_row(history) -> dict:
