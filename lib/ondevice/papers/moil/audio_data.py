@@ -6,6 +6,7 @@ training and validation clips (local) and a GDM mixing pool and an evaluation se
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class AudioParams(MoilParams):
     local_classes: int = 50  # ESC-50 classes the user trains on
     global_classes: int = 0  # held-out ESC-50 classes that stand in for AudioSet (0: AudioSet itself)
     local_val_fraction: float = 0.2  # the thesis: 1,600 training / 400 validation clips
+    holdout_fraction: float = 0.2  # of each class's training clips, held out to choose the rate (`rate_choice`)
     global_eval_fraction: float = 0.5  # held-out clips scored; the rest is GDM's mixing pool
     data: str = "auto"  # auto | esc50 | synthetic (auto: ESC-50 when available, else stand-in)
     esc50_root: str = ""  # the official ESC-50 release unpacked (paper scale)
@@ -51,6 +53,7 @@ class AudioParams(MoilParams):
         )
         self.require(0 < self.local_val_fraction < 1, "local_val_fraction", "must lie in (0, 1)")
         self.require(0 < self.global_eval_fraction < 1, "global_eval_fraction", "must lie in (0, 1)")
+        self.require(0 < self.holdout_fraction < 1, "holdout_fraction", "must lie in (0, 1)")
 
 
 @dataclass
@@ -365,3 +368,11 @@ def mixed_training_set(data: AudioData, alpha: float, seed: int) -> Part:
     mixes the same clips."""
     picks = gdm.sample_global(data.global_pool.classes, alpha, streams.rng(seed, f"moil-audio/gdm/{alpha:g}"))
     return Part.concat([data.local_train, data.global_pool.subset(picks)])
+
+
+def hold_out(data: AudioData, fraction: float, seed: int) -> tuple[AudioData, Part]:
+    """The rate choice's split of the user's *training* clips (never the validation clips, the
+    local test set): per class, `fraction` of them (at least one, at most all but one) held out;
+    the data with the rest as its training clips, and the held-out clips."""
+    rest, held = _split_by_class(data.local_train.classes, fraction, streams.rng(seed, "moil-audio/rate-holdout"))
+    return dataclasses.replace(data, local_train=data.local_train.subset(rest)), data.local_train.subset(held)

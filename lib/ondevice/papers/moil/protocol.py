@@ -111,7 +111,8 @@ def track(
 ) -> tuple[History, dict]:
     """Train up to `epochs` epochs, scoring before the first and after each: one row per epoch with
     the mean loss, the epoch's seconds and the mean of each per-item score `evaluate()` returns (by
-    evaluation set, named `<set>_<metric>`), and the last scores. `epoch(trainer, data,
+    evaluation set, named `<set>_<metric>`; a per-item loss, returned as `<set>_loss`, keeps its
+    name), and the last scores. `epoch(trainer, data,
     batch_size, rng)` trains one epoch and returns its mean loss. With `stop` (a `Plateau`),
     `evaluate` also returns `stop.monitor` (per held-out training item): training ends on its
     plateau, the model keeps the weights of the kept epoch (`History.best_epoch`) and is scored."""
@@ -119,7 +120,10 @@ def track(
     watch = stop.watch() if stop is not None else None
 
     def means(scores):
-        return {(k if k == monitor else f"{k}_{metric}"): float(np.mean(v)) for k, v in scores.items()}
+        return {
+            (k if k == monitor or k.endswith("_loss") else f"{k}_{metric}"): float(np.mean(v))
+            for k, v in scores.items()
+        }
 
     scores = evaluate()
     rows = History([{"epoch": 0, "loss": float("nan"), **means(scores)}])
