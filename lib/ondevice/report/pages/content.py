@@ -307,21 +307,29 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS) -> Experiment:
     name = run.get("experiment")
     if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
         name = path.name.removesuffix(".failed")
-    _, rows = read_csv(path / "tables" / "effects.csv")
+    tables = [Table(p.name, *read_csv(p)) for p in sorted((path / "tables").glob("*.csv"))]
+    rows = next((t.rows for t in tables if t.name == "effects.csv"), [])
     citation, claims, short = paper_of(name, papers_dir)
     claims = claims or list(dict.fromkeys(r.get("effect", "") for r in rows if r.get("effect")))
     notebook = notebook_file(path)
     found = headings(notebook)
     pngs = sorted((path / "figures").glob("*.png"), key=lambda p: p.stem)
-    figures = [Figure(p.stem, p.with_suffix(".svg").is_file()) for p in pngs]
-    tables = [Table(p.name, *read_csv(p)) for p in sorted((path / "tables").glob("*.csv"))]
-    headline = [
-        Headline(k, get(h, "value"), get(h, "tolerance"), h["per_seed"]) for k, h in run.get("headline", {}).items()
-    ]
     return Experiment(
-        path.name, path, run, rows, citation, claims, found[0] if found else path.name, short,
-        reference_of(name, papers_dir), notebook, found, figures, tables, headline,
-    )  # fmt: skip
+        slug=path.name,
+        path=path,
+        run=run,
+        rows=rows,
+        citation=citation,
+        claims=claims,
+        title=found[0] if found else path.name,
+        short=short,
+        reference=reference_of(name, papers_dir),
+        notebook=notebook,
+        headings=found,
+        figures=[Figure(p.stem, p.with_suffix(".svg").is_file()) for p in pngs],
+        tables=tables,
+        headline=[Headline(k, get(h, "value"), get(h, "tolerance"), h["per_seed"]) for k, h in run["headline"].items()],
+    )
 
 
 def load(results_dir: Path, papers_dir: Path = facts.PAPERS) -> list[Experiment]:
