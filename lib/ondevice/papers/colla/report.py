@@ -11,7 +11,7 @@ from ondevice.data.places import ELSEWHERE
 from ondevice.models import mrnn
 from ondevice.papers.colla.common import CollaParams, Devices
 from ondevice.papers.colla.protocol import BASELINES, CONTEXT, MARKOV, METHODS
-from ondevice.report import publish
+from ondevice.report.pages.cells import diagnosis
 
 COST_APPROACHES = ("Same-Whole", "Same-FC", "Customization")  # colla_cost's update approaches
 
@@ -77,7 +77,7 @@ def diagnose(effects: pd.DataFrame, last: pd.DataFrame, steps: pd.DataFrame) -> 
     new = float(np.average(client.validation_new_places, weights=client.fits))
     effects = effects.copy()
     for i, row in effects.iterrows():
-        if publish.diagnosis(row.to_dict()) != "unexplained":
+        if diagnosis(row.to_dict()) != "unexplained":
             continue
         other = row.effect.rsplit(" ", 1)[-1]
         line = (
