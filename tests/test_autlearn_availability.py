@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from ondevice.device import availability as av
-from ondevice.device import tflite
+from ondevice.device import device_profile, tflite
 from ondevice.models import lstm_lm
 from ondevice.papers.autlearn.experiments import autlearn_availability as ex
-from ondevice.papers.deeptype import export as device_export
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
 
@@ -111,8 +110,8 @@ def test_device_profile_is_a_runner_log_the_extrapolation_reads(flash_times, tmp
     profile = av.device_profile(flash_times["redmi_note8"], config, 16, 8.0)
     path = tmp_path / "redmi.json"
     path.write_text(json.dumps(profile))
-    loaded = device_export.load_device_profile(path)
-    e = device_export.extrapolate_seconds(loaded, 100, 16.0)
+    loaded = device_profile.load_device_profile(path)
+    e = device_profile.extrapolate_seconds(loaded, 100, 16.0)
     assert e["label"] == "extrapolated" and e["device"] == "Xiaomi Redmi Note 8"
     assert e["seconds"] == pytest.approx(100 * 2 * profile["steady_step_seconds"])
 

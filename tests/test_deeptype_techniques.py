@@ -9,11 +9,11 @@ from numerics import assert_close_float32, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.device import tflite
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.tasks import bucketing as bk
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer
 
 TEXT = (

@@ -17,9 +17,9 @@ from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device import device_profile, tflite, tflite_reuse
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import export
-from ondevice.papers.deeptype.techniques import inference_reuse
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
 from ondevice.training.trainer import seed_everything
 
 

@@ -26,18 +26,17 @@ import tf_keras as keras
 from ondevice import streams
 from ondevice.data import femnist
 from ondevice.data.typing_samples import Samples, batch_indices, build_samples
-from ondevice.models import mobilenet_v1
+from ondevice.models import mobilenet_v1, svd_compression
 from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES, image_features
 from ondevice.papers.autlearn.techniques import compiler, magnitude_pruning, pruning
 from ondevice.papers.autlearn.techniques.fedavg import fedavg
-from ondevice.papers.deeptype.techniques import svd_compression
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+from ondevice.tasks.bucketing import EqualLength
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, masked_cross_entropy, position_scores
 from ondevice.training import selection
+from ondevice.training.fine_tune import FineTune
+from ondevice.training.inference_reuse import OnlineTrainer
 from ondevice.training.trainer import Plateau, Trainer
 
 

@@ -29,9 +29,6 @@ import numpy as np
 
 from ondevice import REPO_ROOT
 
-# AutLearn's availability notebook reads device profiles through this module.
-from ondevice.device.device_profile import PROFILE_FORMAT, extrapolate_seconds, load_device_profile  # noqa: F401
-
 SVD_NOTE = (
     "softmax factored at 10% of its input width from the global model, without the cloud re-training "
     "(svd_compression.retrain_global): the file's structure and step cost are the compressed model's, its "
@@ -64,9 +61,9 @@ def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarra
 def variant_modules(model, task, learning_rate: float, optimizer: str = "adam", clip_norm: float = 0.0) -> dict:
     """name -> (trainable module, its signatures) of every exported variant."""
     from ondevice.device.tflite import SIGNATURES, TrainableModel
-    from ondevice.papers.deeptype.techniques import svd_compression as svd
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-    from ondevice.papers.deeptype.techniques.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
+    from ondevice.models import svd_compression as svd
+    from ondevice.training.fine_tune import FineTune
+    from ondevice.training.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
 
     compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
     training, clip = (task, learning_rate, optimizer), {"clip_norm": clip_norm}
@@ -94,6 +91,7 @@ def describe(flatbuffer: bytes) -> dict:
 
 def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict | None = None, log=print) -> dict:
     """Write the variants, the first test user's data file and manifest.json; returns the manifest."""
+    from ondevice.data import per_user_text
     from ondevice.device import tflite
     from ondevice.papers.deeptype import common
     from ondevice.papers.deeptype.experiments.deeptype_online_latency import Params
@@ -101,7 +99,7 @@ def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict |
 
     p = Params.for_scale(scale, seed, **(overrides or {}))
     out = Path(out) if out else REPO_ROOT / "results" / scale / "export"
-    corpus = common.load_corpus(p, log=log)
+    corpus = per_user_text.load_corpus(p, log=log)
     models = common.train_global(p, corpus, log)
     models.model.set_weights(models.weights[p.seed])
     files = {}

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import selection
+from ondevice.training.inference_reuse import OnlineTrainer
 from ondevice.training.trainer import History, Hook, Plateau, Trainer
 
 # A personal configuration (as `selection` names it) and the parameter fields that hold it.
@@ -33,7 +33,7 @@ def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_ste
 
 def online_trainer(params, model, task, reuse: bool = True):
     """The online trainer (Sec. 5.4-5.5): with `reuse`, the softmax alone trains from the features
-    the suggestion's inference cached (`techniques.inference_reuse`); else every layer trains."""
+    the suggestion's inference cached (`training.inference_reuse`); else every layer trains."""
     if not reuse:
         return personal_trainer(params, model, task)
     rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm

@@ -32,8 +32,8 @@ import pandas as pd
 from ondevice import streams
 from ondevice.device import tflite
 from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.report import claims, facts, record
+from ondevice.tasks.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 NAME = "autlearn_accuracy"

@@ -11,7 +11,7 @@ windows, what share of devices finish within 24 hours?
   (`trace_file`; both are declared in data_manifests/ but not available offline); otherwise, and
   at every scale by default, a synthetic trace in FLASH's format from a documented model
   (`data.device_traces.SyntheticModel`), labelled synthetic wherever it is used.
-- Training time per user: DeepType's LSTM at this scale (`deeptype_common`), each test user's
+- Training time per user: DeepType's LSTM at this scale (`tasks.typing_protocol`), each test user's
   personal training at batch 16; the host's steady-state step time (or, at smoke scale, counted
   FLOPs at `host_gflops`, which reproduces bit for bit) x steps, for full training and for
   AutLearn's fine-tuning of the last layer. Step time does not depend on the weights, so the
@@ -39,6 +39,7 @@ from pathlib import Path
 from ondevice import streams
 from ondevice.data import device_traces, manifests
 from ondevice.data.device_traces import AUTONOMOUS, CHARGING, FEDERATED
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.device import availability as av
 from ondevice.device import tflite
 from ondevice.papers.autlearn import costs, traces
@@ -50,11 +51,10 @@ from ondevice.papers.autlearn.report import (  # noqa: F401  (the notebook's tab
     plot_finish,
 )
 from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep  # noqa: F401
-from ondevice.papers.deeptype import common
-from ondevice.papers.deeptype.common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.report import claims, facts, record
+from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import seed_everything
 
 NAME = "autlearn_availability"
@@ -66,7 +66,7 @@ MODEL_FIELDS = {f"trace_{f.name}": f.name for f in dataclasses.fields(device_tra
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     # the trace
     trace_source: str = "synthetic"  # synthetic | flash | fedscale
     trace_file: str = ""  # a FLASH state_traces.json / FedScale client_behave_trace; "" = its manifest
@@ -107,7 +107,7 @@ class Params(common.DeepTypeParams):
     resume_schedule: tuple[int, ...] = (3, 1, 4, 2)  # steps per window in the interrupted-training check
     bootstrap: int = 2000
 
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {
             "smoke": dict(trace_devices=40, trace_days=3, host_time="counted", timing_steps=5, bootstrap=500)
             | dict(start_hours=(0, 6, 12, 18), epochs_grid=(1, 5), resume_schedule=(2, 1, 2)),
@@ -164,7 +164,7 @@ def resume_check(params: Params, corpus: Corpus, log=print):
     variant, once without interruption and once interrupted at the window edges of
     `resume_schedule` (`traces.resume_table`); the weights must agree."""
     seed_everything(params.seed)
-    model, task = common.build_model(params, corpus, params.seed), NextWordTask(params.k)
+    model, task = typing_protocol.build_model(params, corpus, params.seed), NextWordTask(params.k)
     hooks = [FineTune()] if params.variant == "fine_tune" else []
     module = tflite.TrainableModel(model, task, params.personal_learning_rate, params.personal_optimizer, hooks)
     flatbuffer = tflite.convert(module)

@@ -1,4 +1,4 @@
-"""SVD layer compression of the softmax (DeepType Sec. 5.1).
+"""SVD layer compression of the softmax (DeepType Sec. 5.1; AutLearn Sec. 3.2 uses it too).
 
 The softmax kernel W (M x V: LSTM state -> word logits) is replaced by its truncated SVD,
 W ~ (U_t S_t) V_t^T, i.e. two Dense layers: `softmax_svd` (M -> t, no bias) initialised with
@@ -6,16 +6,16 @@ U_t S_t and `softmax` (t -> V, with the original bias) initialised with V_t^T. P
 multiply-adds of the layer drop from M V to t (M + V). The paper keeps 10% of the singular values
 (400 -> 40) and then re-trains the compressed global model in the cloud before it is sent to
 phones; `retrain_global` does that on the crowd, to a plateau on held-out text, once per machine
-(model cache). `rank_sweep` measures how many singular values a model needs.
+(model cache; DeepType's per-seed use is `papers/deeptype/techniques/svd_retrain.py`).
+`rank_sweep` measures how many singular values a model needs.
 
-The output layer keeps the name `softmax`, so fine-tune training (`fine_tune.FineTune`) and
-vocabulary compression (`vocab_compression`) act on the compressed model unchanged: they
+The output layer keeps the name `softmax`, so fine-tune training (`training.fine_tune.FineTune`) and
+DeepType's vocabulary compression act on the compressed model unchanged: they
 compose.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -29,7 +29,7 @@ SOFTMAX = "softmax"
 PROJECTION = "softmax_svd"
 # code whose change must invalidate a re-trained compressed model (the training loop and task)
 RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
-RETRAIN_CODE += ("ondevice.papers.deeptype.techniques.svd_compression",)
+RETRAIN_CODE += ("ondevice.models.svd_compression",)
 TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer", "clip_norm")
 
 
@@ -121,53 +121,3 @@ def rank_sweep(model: keras.Model, fractions, hidden_units: int, task, holdout) 
         loss = float(np.log(task.evaluate(compress(model, rank), holdout)["perplexity"]))
         rows.append({"rank_fraction": fraction, "rank": rank, "holdout_loss": loss})
     return pd.DataFrame(rows)
-
-
-@dataclass
-class Compressed:
-    """Each seed's SVD-compressed global model, re-trained on the crowd (from the model cache)."""
-
-    model: keras.Model
-    rank: int
-    weights: dict
-    entries: dict
-
-    def cache(self) -> pd.DataFrame:
-        """Per seed: the rank, cache hit, re-training rate, epochs run and kept, seconds, key."""
-        rows = [
-            {"seed": s, "rank": self.rank, "from_cache": e.hit, "learning_rate": e.info["fields"]["learning_rate"]}
-            | {"epochs": max(0, len(e.info["history"]) - 1), "kept_epoch": e.info.get("kept_epoch")}
-            | {"train_seconds": e.info["train_seconds"], "key": e.key[:16]}
-            for s, e in self.entries.items()
-        ]
-        return pd.DataFrame(rows)
-
-    def history(self) -> pd.DataFrame:
-        rows = [
-            {"phase": "svd re-training", "seed": s, **h} for s, e in self.entries.items() for h in e.info["history"]
-        ]
-        return pd.DataFrame(rows)
-
-
-def compress_globals(models, params, corpus, log=print) -> Compressed:
-    """`retrain_global` for every seed's global model (`common.GlobalModels`) at `params.svd_rank`,
-    in the global regime (batch, optimizer, clipping, plateau rule on the held-out global text) at
-    the learning rate the global model's kept epoch trained with: re-training continues its
-    schedule rather than restarting it, up to `svd_retrain_epochs`."""
-    from ondevice import streams
-    from ondevice.papers.deeptype import common
-
-    entries, stop = {}, Plateau(params.global_patience, params.global_min_improvement)
-    for seed in params.seed_list:
-        base = models.entries[seed]
-        rate = common.global_rate(params, common.kept_epoch(base.info) or 1)
-        training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size, learning_rate=rate)
-        training.update(optimizer=params.optimizer, clip_norm=params.global_clip_norm)
-        models.model.set_weights(models.weights[seed])
-        rng = lambda s=seed: streams.rng(s, "batches/svd_retrain")  # noqa: E731
-        args = (models.model, base.key, params.svd_rank, corpus.crowd_samples, common.global_task(params))
-        entries[seed] = retrain_global(
-            *args, rng_factory=rng, holdout=corpus.holdout_samples, stop=stop, log=log, **training
-        )
-    shape = compress(models.model, params.svd_rank)
-    return Compressed(shape, params.svd_rank, {s: e.weights for s, e in entries.items()}, entries)

@@ -22,8 +22,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from ondevice.device.tflite import SIGNATURES, TrainableModel
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks import Task
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
 
 HEAD = "softmax"
