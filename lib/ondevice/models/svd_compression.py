@@ -5,8 +5,7 @@ W ~ (U_t S_t) V_t^T, i.e. two Dense layers: `softmax_svd` (M -> t, no bias) init
 U_t S_t and `softmax` (t -> V, with the original bias) initialised with V_t^T. Parameters and
 multiply-adds of the layer drop from M V to t (M + V). The paper keeps 10% of the singular values
 (400 -> 40) and then re-trains the compressed global model in the cloud before it is sent to
-phones; `retrain_global` does that on the crowd, to a plateau on held-out text, once per machine
-(model cache; DeepType's per-seed use is `papers/deeptype/techniques/svd_retrain.py`).
+phones (DeepType's `papers/deeptype/techniques/svd_retrain.py`; AutLearn's `protocol.compress`).
 `rank_sweep` measures how many singular values a model needs.
 
 The output layer keeps the name `softmax`, so fine-tune training (`training.fine_tune.FineTune`) and
@@ -22,15 +21,8 @@ import numpy as np
 import pandas as pd
 import tf_keras as keras
 
-from ondevice.training import model_cache
-from ondevice.training.trainer import Plateau, Trainer
-
 SOFTMAX = "softmax"
 PROJECTION = "softmax_svd"
-# code whose change must invalidate a re-trained compressed model (the training loop and task)
-RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
-RETRAIN_CODE += ("ondevice.models.svd_compression",)
-TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer", "clip_norm")
 
 
 def replace_softmax(model: keras.Model, head: Callable, name: str) -> keras.Model:
@@ -71,45 +63,6 @@ def compress(model: keras.Model, rank: int) -> keras.Model:
 def rank_for(hidden_units: int, fraction: float) -> int:
     """The paper's t: a fraction of the softmax input width (400 -> 40 is 0.1), at least 1."""
     return max(1, int(round(hidden_units * fraction)))
-
-
-def retrain_global(
-    model: keras.Model,
-    base_key: str,
-    rank: int,
-    crowd,
-    task,
-    *,
-    rng_factory: Callable,
-    holdout=None,
-    stop: Plateau | None = None,
-    log=print,
-    **training,
-) -> model_cache.Entry:
-    """Compress the (global) `model` at `rank`, re-train it on the crowd (`training`: epochs,
-    batch_size, learning_rate, optimizer, clip_norm), cached: the key holds the base model's key,
-    the rank, `training`, the stop rule, the task's loss, the data's digests and the code. With
-    `holdout` and `stop`, `epochs` is a cap: re-training ends on the held-out loss's plateau and
-    keeps that epoch's weights; epoch 0 of the history is the compressed model before any
-    re-training. `rng_factory()` gives the batch order (called only when training). Returns the
-    entry; its weights fit `compress(model, rank)`."""
-    epochs, batch_size, learning_rate, optimizer, clip_norm = (training[k] for k in TRAINING)
-    if stop is not None and holdout is None:
-        raise ValueError("a stop rule needs held-out text")
-
-    def train():
-        compressed = compress(model, rank)
-        trainer = Trainer(compressed, task, learning_rate, optimizer, clip_norm=clip_norm)
-        label = f"SVD t={rank} re-training"
-        held = (lambda m: {"holdout_loss": float(np.log(task.evaluate(m, holdout)["perplexity"]))}) if holdout else None
-        args = (epochs, batch_size, rng_factory(), log, label, held, stop, held is not None)
-        history = trainer.fit(crowd, *args) if epochs else []
-        return compressed.get_weights(), {"history": list(history), "kept_epoch": getattr(history, "best_epoch", None)}
-
-    fields = {"base_key": base_key, "rank": rank, **{k: training[k] for k in TRAINING}, "k": getattr(task, "k", None)}
-    fields.update(loss_per=getattr(task, "loss_per", "position"), stop=repr(stop))
-    name, data = "deeptype_global_svd", [crowd.digest()] + ([holdout.digest()] if holdout else [])
-    return model_cache.cached_train(name, fields, data, RETRAIN_CODE, train, log, sources=(retrain_global,))
 
 
 def rank_sweep(model: keras.Model, fractions, hidden_units: int, task, holdout) -> pd.DataFrame:

@@ -43,9 +43,9 @@ from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samp
 from ondevice.models import lstm_lm, mobilenet_v1
 from ondevice.params import Params
 from ondevice.tasks import inference
-from ondevice.tasks.bucketing import EqualLength
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.model_cache import cached_train
 from ondevice.training.trainer import Plateau, Trainer
 
@@ -359,7 +359,7 @@ PRETRAIN_CODE = (
     "ondevice.tasks.next_word",
     "ondevice.models.lstm_lm",
     "ondevice.streams",
-    "ondevice.tasks.bucketing",
+    "ondevice.training.bucketing",
 )
 
 

@@ -31,10 +31,10 @@ from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES, image_features
 from ondevice.papers.autlearn.techniques import compiler, magnitude_pruning, pruning
 from ondevice.papers.autlearn.techniques.fedavg import fedavg
-from ondevice.tasks.bucketing import EqualLength
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, masked_cross_entropy, position_scores
 from ondevice.training import selection
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.fine_tune import FineTune
 from ondevice.training.inference_reuse import OnlineTrainer
 from ondevice.training.trainer import Plateau, Trainer

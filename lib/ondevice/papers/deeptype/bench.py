@@ -92,12 +92,12 @@ def tflite_steps(b: Bench, x, y, steps: dict[str, float]) -> None:
 
 def online_reuse(b: Bench) -> None:
     """[3] One online batch of 16 with and without reuse of inference results, TF and TFLite."""
-    from ondevice.device import tflite
+    from ondevice.device import reuse_export, tflite
     from ondevice.training import inference_reuse
 
     online = inference_reuse.OnlineTrainer(b.model, b.task, 1e-3)
-    reuse = inference_reuse.ReuseTrainableModel(b.model, b.task, 1e-3)
-    lite = tflite.interpreter(tflite.convert(reuse, inference_reuse.REUSE_SIGNATURES)).get_signature_runner
+    reuse = reuse_export.ReuseTrainableModel(b.model, b.task, 1e-3)
+    lite = tflite.interpreter(tflite.convert(reuse, reuse_export.REUSE_SIGNATURES)).get_signature_runner
     ltrain, lcache, lfrom = lite("train"), lite("infer_and_cache"), lite("train_from_cache")
     header = ("length", 6), ("TF without", 11), ("TF with", 9), ("ratio", 6), ("TFLite without", 15), ("with", 6)
     print(" " + "".join(f" {name:>{width}s}" for name, width in header + (("ratio", 6),)))

@@ -33,7 +33,7 @@ from ondevice import streams
 from ondevice.device import tflite
 from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
 from ondevice.report import claims, facts, record
-from ondevice.tasks.bucketing import EqualLength
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 NAME = "autlearn_accuracy"

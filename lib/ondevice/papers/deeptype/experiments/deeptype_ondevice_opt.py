@@ -43,8 +43,8 @@ from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tab
 )
 from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.report import claims, record
-from ondevice.tasks import bucketing as bk
 from ondevice.tasks import typing_protocol
+from ondevice.training import bucketing as bk
 from ondevice.training.trainer import StepTimer
 
 SMOKE = dict(max_test_users=2, max_personal_samples=640, seeds=1, tflite_variants=("combined",), bootstrap=500)

@@ -24,11 +24,10 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
-from ondevice.device import tflite, tflite_reuse
+from ondevice.device import reuse_export, tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
-from ondevice.papers.deeptype.export import online_batches
 from ondevice.report import claims, facts, record
 from ondevice.tasks import typing_protocol
 from ondevice.training import inference_reuse
@@ -77,7 +76,7 @@ def _online(params: Params, models: GlobalModels):
 
 
 def _user_batches(params: Params, corpus: Corpus, user: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    return online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
+    return protocol.online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
 
 
 def _max_diff(a, b) -> float:
@@ -100,8 +99,8 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
     online.reset(start)
     training = (params.personal_learning_rate, params.personal_optimizer)
-    module = inference_reuse.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
-    flatbuffer = tflite.convert(module, inference_reuse.REUSE_SIGNATURES)
+    module = reuse_export.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
+    flatbuffer = tflite.convert(module, reuse_export.REUSE_SIGNATURES)
     tf_losses = [float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)) for bx, by in batches]
     online.reset(start)
     a, b, c = (tflite.interpreter(flatbuffer).get_signature_runner for _ in range(3))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
-from ondevice.tasks import bucketing as bk
+from ondevice.training import bucketing as bk
 from ondevice.training.fine_tune import FineTune
 
 

@@ -1,18 +1,66 @@
-"""The SVD-compressed global models of DeepType's cloud (Sec. 5.1): every seed's global model
-factored at `svd_rank` and re-trained on the crowd in the global regime
-(`models.svd_compression.retrain_global`, cached), before it is sent to phones."""
+"""The SVD-compressed global models of DeepType's cloud (Sec. 5.1): a global model factored at a
+rank (`models.svd_compression.compress`) and re-trained on the crowd, to a plateau on held-out
+text, once per machine (`retrain_global`, model cache); `compress_globals` does it for every
+seed's global model in the global regime, before the models are sent to phones."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 import pandas as pd
 import tf_keras as keras
 
 from ondevice import streams
-from ondevice.models.svd_compression import compress, retrain_global
+from ondevice.models.svd_compression import compress
 from ondevice.papers.deeptype import common
-from ondevice.training.trainer import Plateau
+from ondevice.training import model_cache
+from ondevice.training.trainer import Plateau, Trainer
+
+# code whose change must invalidate a re-trained compressed model (the training loop and task)
+RETRAIN_CODE = ("ondevice.training.trainer", "ondevice.tasks.next_word", "ondevice.models.lstm_lm", "ondevice.streams")
+RETRAIN_CODE += ("ondevice.models.svd_compression",)
+TRAINING = ("epochs", "batch_size", "learning_rate", "optimizer", "clip_norm")
+
+
+def retrain_global(
+    model: keras.Model,
+    base_key: str,
+    rank: int,
+    crowd,
+    task,
+    *,
+    rng_factory: Callable,
+    holdout=None,
+    stop: Plateau | None = None,
+    log=print,
+    **training,
+) -> model_cache.Entry:
+    """Compress the (global) `model` at `rank`, re-train it on the crowd (`training`: epochs,
+    batch_size, learning_rate, optimizer, clip_norm), cached: the key holds the base model's key,
+    the rank, `training`, the stop rule, the task's loss, the data's digests and the code. With
+    `holdout` and `stop`, `epochs` is a cap: re-training ends on the held-out loss's plateau and
+    keeps that epoch's weights; epoch 0 of the history is the compressed model before any
+    re-training. `rng_factory()` gives the batch order (called only when training). Returns the
+    entry; its weights fit `compress(model, rank)`."""
+    epochs, batch_size, learning_rate, optimizer, clip_norm = (training[k] for k in TRAINING)
+    if stop is not None and holdout is None:
+        raise ValueError("a stop rule needs held-out text")
+
+    def train():
+        compressed = compress(model, rank)
+        trainer = Trainer(compressed, task, learning_rate, optimizer, clip_norm=clip_norm)
+        label = f"SVD t={rank} re-training"
+        held = (lambda m: {"holdout_loss": float(np.log(task.evaluate(m, holdout)["perplexity"]))}) if holdout else None
+        args = (epochs, batch_size, rng_factory(), log, label, held, stop, held is not None)
+        history = trainer.fit(crowd, *args) if epochs else []
+        return compressed.get_weights(), {"history": list(history), "kept_epoch": getattr(history, "best_epoch", None)}
+
+    fields = {"base_key": base_key, "rank": rank, **{k: training[k] for k in TRAINING}, "k": getattr(task, "k", None)}
+    fields.update(loss_per=getattr(task, "loss_per", "position"), stop=repr(stop))
+    name, data = "deeptype_global_svd", [crowd.digest()] + ([holdout.digest()] if holdout else [])
+    return model_cache.cached_train(name, fields, data, RETRAIN_CODE, train, log, sources=(retrain_global,))
 
 
 @dataclass
