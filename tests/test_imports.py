@@ -5,11 +5,16 @@ code together all the same (a result's fingerprint and a cached model's key foll
 checks with ast: nothing is imported or executed."""
 
 import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
 
-LIB = Path(__file__).resolve().parents[1] / "lib"
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "lib"
 # The Flex export's parity table runs the builtin export and the builtin export compares itself with
 # the Flex export: one circle inside device/, whose two modules the unified training step (issue 39,
 # helper arch-step) rewrites; it is expected to go with that work, and the test below says so.
@@ -129,6 +134,49 @@ def test_no_circle_of_packages():
     assert not found, "package circles: " + " | ".join(describe(p, packages) for p in found)
 
 
+# ---- third-party packages ---------------------------------------------------------------------
+
+# Imported only when installed (each names its install command); not in the venv, so not in its metadata.
+NOT_INSTALLED = {"pynvml": "nvidia-ml-py", "zeus": "zeus", "ray": "ray"}
+
+
+def third_party(lib: Path) -> dict[str, set[str]]:
+    """Top-level module -> files under `lib` that import it, for modules outside the standard
+    library and `ondevice`."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(lib.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "ondevice":
+                    found.setdefault(top, set()).add(path.relative_to(lib).as_posix())
+    return found
+
+
+def _name(requirement: str) -> str:
+    """A requirement's distribution name, normalised (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement.strip())[0]).lower()
+
+
+def test_pyproject_lists_every_package_lib_imports_and_the_lock_pins_each():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = {_name(r) for r in project["dependencies"]}
+    optional = {_name(r) for extra in project["optional-dependencies"].values() for r in extra}
+    installed = packages_distributions()
+    missing = {}
+    for module, files in third_party(LIB).items():
+        dist = installed[module][0] if module in installed else NOT_INSTALLED.get(module)
+        assert dist, f"{module} (imported by {sorted(files)}) is neither installed nor a known optional package"
+        if _name(dist) not in required | optional:
+            missing[_name(dist)] = sorted(files)
+    assert not missing, f"imported by lib/ but not in pyproject.toml's dependencies: {missing}"
+    lock = {_name(line) for line in (ROOT / "requirements.lock").read_text().splitlines() if re.match(r"\w", line)}
+    assert not required - lock, f"pyproject.toml's dependencies not pinned in requirements.lock: {required - lock}"
+    assert {_name(NOT_INSTALLED[m]) for m in NOT_INSTALLED} <= optional
+
+
 # ---- the checks themselves can fail --------------------------------------------------------------
 
 
@@ -177,3 +225,9 @@ def test_a_circle_is_found_through_a_function_level_import_and_between_packages(
     edges = graph(lib)
     assert cycles(edges) == [frozenset({"ondevice.device.a", "ondevice.device.b"})]
     assert cycles(package_graph(edges)) == [frozenset({"ondevice.engine", "ondevice.report"})]
+
+
+def test_the_package_scan_sees_imports_inside_functions_and_leaves_out_the_standard_library(tmp_path):
+    lib = _lib(tmp_path, {"a.py": "import os\nimport numpy as np\ndef f():\n    from sklearn.cluster import KMeans\n"})
+    assert set(third_party(lib)) == {"numpy", "sklearn"}
+    assert _name("scikit_learn>=1.0") == "scikit-learn" and _name("PyYAML") == "pyyaml"
