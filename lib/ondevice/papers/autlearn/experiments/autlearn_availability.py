@@ -31,7 +31,6 @@ notebook section: `load_corpus`, `load_trace`, `minutes_per_day`, `layer_times`,
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +60,6 @@ NAME = "autlearn_availability"
 VARIANTS = {"fine_tune": "AutLearn: only the last layer trains", "full": "every layer trains (DeepType incremental)"}
 PAPER = facts.paper(NAME)
 CLAIM = PAPER.effects[0].claim
-# the synthetic trace's habits (`device_traces.SyntheticModel`) as parameters `trace_<habit>`
-MODEL_FIELDS = {f"trace_{f.name}": f.name for f in dataclasses.fields(device_traces.SyntheticModel)}
 
 
 @dataclass(frozen=True)
@@ -75,20 +72,8 @@ class Params(typing_protocol.DeepTypeParams):
     trace_devices: int = 1500  # synthetic: devices (the paper: about 1,500 users)
     trace_days: int = 7  # synthetic: days (FLASH's trace: one week)
     trace_start: str = "2021-03-01"  # synthetic: first day of the trace
-    # synthetic: the documented model's habits (device_traces.SyntheticModel; our choices, not fitted to data)
-    trace_bedtime: float = 23.5
-    trace_wake: float = 7.5
-    trace_night_charge_a: float = 2.0
-    trace_night_charge_b: float = 2.0
-    trace_day_charges: float = 1.0
-    trace_day_charge_hours: float = 0.75
-    trace_awake_sessions_per_hour: float = 3.0
-    trace_session_minutes: float = 4.0
-    trace_night_sessions: float = 1.0
-    trace_home_wifi: float = 0.8
-    trace_work_wifi: float = 0.4
-    trace_models: tuple[str, ...] = ("Redmi Note 8", "Nexus 6", "Galaxy Note 10")
-    trace_model_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    # synthetic: the documented model's habits (our choices, not fitted to data)
+    trace: device_traces.SyntheticModel = device_traces.SyntheticModel()
     # phones (FLASH's measured layer times) and training
     unknown_phone: str = "redmi_note8"  # profile for a trace's phone models that are not profiled
     personal_optimizer: str = "sgd"  # DeepType's personal configuration (SGD; a stateless checkpoint resumes exactly)
@@ -124,18 +109,19 @@ class Params(typing_protocol.DeepTypeParams):
         self.require(self.trace_devices >= 2, "trace_devices", "must be at least 2 (effects are paired over devices)")
         self.require(self.trace_days * 24 >= self.min_trace_hours, "trace_days", "must cover min_trace_hours")
         self.require(self.min_trace_hours >= self.horizon_hours, "min_trace_hours", "must be at least horizon_hours")
-        hours = 0 <= self.trace_bedtime < 30 and 0 <= self.trace_wake < 24
-        self.require(hours, "trace_bedtime", "and trace_wake must be hours of the day")
+        trace = self.trace
+        hours = 0 <= trace.bedtime < 30 and 0 <= trace.wake < 24
+        self.require(hours, "trace.bedtime", "and trace.wake must be hours of the day")
         habits = "night_charge_a night_charge_b day_charge_hours awake_sessions_per_hour session_minutes".split()
-        for name in [f"trace_{h}" for h in habits] + ["host_gflops", "horizon_hours", "personal_learning_rate"]:
-            self.require(getattr(self, name) > 0, name, "must be positive")
-        for name in ("trace_day_charges", "trace_night_sessions", "window_overhead_s"):
-            self.require(getattr(self, name) >= 0, name, "must be >= 0")
-        for name in ("trace_home_wifi", "trace_work_wifi"):
-            self.require(0 <= getattr(self, name) <= 1, name, "must be a probability")
-        weights = self.trace_model_weights
-        ok = len(self.trace_models) == len(weights) > 0 and min(weights) >= 0 and sum(weights) > 0
-        self.require(ok, "trace_model_weights", "must give one non-negative weight per trace model, not all 0")
+        for name in [f"trace.{h}" for h in habits] + ["host_gflops", "horizon_hours", "personal_learning_rate"]:
+            self.require(self.value(name) > 0, name, "must be positive")
+        for name in ("trace.day_charges", "trace.night_sessions", "window_overhead_s"):
+            self.require(self.value(name) >= 0, name, "must be >= 0")
+        for name in ("trace.home_wifi", "trace.work_wifi"):
+            self.require(0 <= self.value(name) <= 1, name, "must be a probability")
+        weights = trace.model_weights
+        ok = len(trace.models) == len(weights) > 0 and min(weights) >= 0 and sum(weights) > 0
+        self.require(ok, "trace.model_weights", "must give one non-negative weight per trace model, not all 0")
         self.require(self.unknown_phone in phones, "unknown_phone", f"must be one of {phones}")
         self.require(self.variant in VARIANTS, "variant", f"must be one of {sorted(VARIANTS)}")
         self.require(self.host_time in ("measured", "counted"), "host_time", "must be 'measured' or 'counted'")
@@ -149,9 +135,6 @@ class Params(typing_protocol.DeepTypeParams):
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
         ok = self.trace_source == "synthetic" or self.trace_file == "" or Path(self.trace_file).is_file()
         self.require(ok, "trace_file", "must be an existing file")
-
-    def synthetic_model(self) -> device_traces.SyntheticModel:
-        return device_traces.SyntheticModel(**{k: getattr(self, f) for f, k in MODEL_FIELDS.items()})
 
 
 def layer_times(params: Params):
