@@ -280,7 +280,7 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
 
 
 def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
-    from ondevice.papers.autlearn.protocol import stream_pass
+    from ondevice.papers.autlearn.online_learning import stream_pass
     from ondevice.training.inference_reuse import OnlineTrainer
 
     model, task, x, y = classifier

@@ -24,7 +24,7 @@ from ondevice.device.energy.base import MODELLED
 from ondevice.device.energy.modelled import ModelledMeter
 from ondevice.device.energy.workload import step_flops
 from ondevice.models import svd_compression
-from ondevice.papers.autlearn import protocol
+from ondevice.papers.autlearn import online_learning, protocol, step_timing
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import pruning
 from ondevice.papers.autlearn.techniques.compiler import quiet_tracing
@@ -38,7 +38,7 @@ CACHE = ("without cache", "with cache")
 
 # ---- AutLearn's on-device step on this machine (autlearn_cost) -----------------------------------
 # `data.timed(kind)` gives the timed users of a model kind and their training parts; `variants` maps
-# each kind to its `protocol.Compressed` models, the uncompressed one first.
+# each kind to its `compression.Compressed` models, the uncompressed one first.
 
 
 def counted_seconds(params, flops: float) -> float:
@@ -73,7 +73,7 @@ def epochs(params, data, kind: str):
 
 
 def _time(params, step, batches: list) -> tuple[float, int]:
-    return protocol.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
+    return step_timing.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
 
 
 def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
@@ -84,7 +84,7 @@ def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
     with quiet_tracing():
         for kind, compressed in variants.items():
             for v in compressed:
-                step = protocol.step_function(params, kind, "tensorflow", v.model, v.head) if measured else None
+                step = step_timing.step_function(params, kind, "tensorflow", v.model, v.head) if measured else None
                 for batch, user, batches in epochs(params, data, kind):
                     flops = epoch_flops(v.model, v.head, batches)
                     per_step, timed = _time(params, step, batches) if measured else (0.0, 0)
@@ -105,7 +105,7 @@ def compiler(params, data, variants: dict, log=print) -> pd.DataFrame:
             start = base.model.get_weights()
             for path in params.compiler_paths:
                 base.model.set_weights(start)
-                step = protocol.step_function(params, kind, path, base.model, base.head)
+                step = step_timing.step_function(params, kind, path, base.model, base.head)
                 for batch, user, batches in epochs(params, data, kind):
                     per_step, timed = _time(params, step, batches)
                     row = dict(model=MODEL_NAMES[kind], batch=batch, user=user, path=path, steps=len(batches))
@@ -127,7 +127,7 @@ def first_step_losses(params, data, variants: dict) -> pd.DataFrame:
         for path in params.compiler_paths:
             base.model.set_weights(start)
             with quiet_tracing():
-                losses[path] = protocol.step_function(params, kind, path, base.model, base.head)(*batch)
+                losses[path] = step_timing.step_function(params, kind, path, base.model, base.head)(*batch)
         base.model.set_weights(start)
         for path, loss in losses.items():
             row = dict(model=MODEL_NAMES[kind], path=path, first_step_loss=loss)
@@ -145,13 +145,13 @@ def online(params, data, variants: dict, log=print) -> pd.DataFrame:
     with quiet_tracing():
         for kind, (base, *_) in variants.items():
             start, (users, train) = base.model.get_weights(), data.timed(kind)
-            trainer = protocol.online_trainer(params, kind, base.model) if measured else None
+            trainer = online_learning.online_trainer(params, kind, base.model) if measured else None
             for user in users:
                 batches = _stream(params, kind, train[user])
                 flops = {c: epoch_flops(base.model, base.head, batches, c == "with cache") for c in CACHE}
                 if measured:
                     timing = params.timing_steps, params.warmup_steps, params.timing_repeats
-                    seconds = protocol.update_seconds(trainer, start, batches, *timing)
+                    seconds = step_timing.update_seconds(trainer, start, batches, *timing)
                 else:
                     seconds = {c: counted_seconds(params, f) for c, f in flops.items()}
                 for c in CACHE:

@@ -3,4 +3,4 @@
 `magnitude_pruning` (its unstructured alternative), `compiler` (the compiled training step). The
 on-device step itself (last layer only: `training.fine_tune`), bucketing (`training.bucketing`), the
 inference cache (`training.inference_reuse`) and the SVD compression (`models.svd_compression`) are
-shared with DeepType, the same methods (see `protocol`)."""
+shared with DeepType, the same methods (see `protocol`, `online_learning` and `compression`)."""
