@@ -7,7 +7,7 @@ import tf_keras as keras
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import common, protocol
+from ondevice.papers.autlearn import cloud_baselines, common
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.params import ParameterError
@@ -180,7 +180,7 @@ def test_converge_fedavg_scores_the_start_and_about_an_epoch_between_evaluations
     clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round: every ceil(5 / 2) = 3 rounds
     evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])
     start = model.get_weights()
-    curve = protocol.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
+    curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
     scored = [p["step"] for p in curve if not np.isnan(p["holdout_loss"])]
     assert scored == [0, 3, 6, 9, 12] and [p["step"] for p in curve if p["kept"]] == [6]
     assert all(np.array_equal(a, b) for a, b in zip(evaluate.scored[0], start))  # round 0: the start
@@ -195,7 +195,7 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     samples = [build_samples(part, vocab, 2) for part in sents]
     validation = common.Validation(("a", "b"), {"a": samples[0], "b": samples[1]}, {"a": samples[2], "b": samples[2]})
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 4, 4, 1), seed=0)
-    loss = protocol.holdout_loss("text", validation)(model)["holdout_loss"]
+    loss = cloud_baselines.holdout_loss("text", validation)(model)["holdout_loss"]
     pooled = build_samples(sents[0] + sents[2] + sents[1] + sents[2], vocab, 2)
     # per part, padded to its own length and summed by TensorFlow, vs pooled and summed by NumPy: the LSTM's
     # gate sums over the longest sample, the softmax's 4 + 1 terms, the log-sum-exp over the vocabulary and
@@ -205,7 +205,7 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     expected = np.log(NextWordTask().evaluate(model, pooled)["perplexity"])
     assert loss == pytest.approx(expected, rel=float32_sum_tolerance(terms, 1.0))
     with pytest.raises(ValueError, match="validation users"):
-        protocol.holdout_loss("text", common.Validation((), {}, {}))
+        cloud_baselines.holdout_loss("text", common.Validation((), {}, {}))
 
 
 def _users_data(sizes):

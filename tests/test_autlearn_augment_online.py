@@ -251,8 +251,8 @@ def classifier():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifier, optimizer):
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+    from ondevice.training.fine_tune import FineTune
+    from ondevice.training.inference_reuse import OnlineTrainer
     from ondevice.training.trainer import Trainer
 
     model, task, x, y = classifier
@@ -280,8 +280,8 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
 
 
 def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
-    from ondevice.papers.autlearn.protocol import stream_pass
-    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+    from ondevice.papers.autlearn.online_learning import stream_pass
+    from ondevice.training.inference_reuse import OnlineTrainer
 
     model, task, x, y = classifier
     start = model.get_weights()

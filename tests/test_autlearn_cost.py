@@ -132,7 +132,7 @@ def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
 
 @pytest.mark.slow(reason="the same steps through every compiler path, TFLite conversions included")
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():
-    from ondevice.papers.autlearn import protocol
+    from ondevice.papers.autlearn import step_timing
     from ondevice.papers.autlearn.experiments import autlearn_cost as exp
 
     params = exp.Params.for_scale("smoke", 0)
@@ -143,7 +143,7 @@ def test_compiler_paths_give_the_same_loss_for_the_same_steps():
     for path in exp.PATHS:
         model = small_lstm(seed=3)
         model.set_weights(start)
-        step = protocol.step_function(params, "text", path, model, "softmax")
+        step = step_timing.step_function(params, "text", path, model, "softmax")
         losses[path] = [step(x, y), step(x, y)]  # the second loss shows the first update agreed too
     assert losses["tensorflow"][1] < losses["tensorflow"][0]
     # other compilers' kernels: a loss sums the 2 LSTM layers' gate terms over the 6 steps, the softmax's 12 + 1,
@@ -205,7 +205,7 @@ def test_counted_work_beside_time_reads_each_claims_flops():
 def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count():
     import time as _time
 
-    from ondevice.papers.autlearn import protocol
+    from ondevice.papers.autlearn import step_timing
 
     calls = []
 
@@ -214,6 +214,6 @@ def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count()
         _time.sleep(0.05 if 6 <= len(calls) <= 7 else 0.001)
 
     batches = [(np.zeros((2, 3)), None), (np.zeros((2, 3)), None)]
-    per_step, timed = protocol.time_steps(step, batches, timing_steps=2, warmup_steps=2, repeats=5)
+    per_step, timed = step_timing.time_steps(step, batches, timing_steps=2, warmup_steps=2, repeats=5)
     assert len(calls) == 2 + 5 * 2 and timed == 2  # one shape warmed up twice, then 5 passes of 2 steps
     assert per_step < 0.02  # the slow pass (0.05 s per step) is not the median

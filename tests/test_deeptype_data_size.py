@@ -46,7 +46,7 @@ def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, mo
     assert 1 <= first.info["kept_epoch"] <= len(epochs) <= params.size_epochs
     assert all(np.isfinite(e["holdout_loss"]) and e["steps"] > 0 for e in epochs)
     # the stored scores of the kept epoch are those of the stored weights
-    model = exp.common.build_model(params, corpus, params.seed)
+    model = exp.typing_protocol.build_model(params, corpus, params.seed)
     model.set_weights(first.weights)
     task, kept = NextWordTask(params.k), epochs[first.info["kept_epoch"] - 1]
     for user, samples in sets.evaluation.items():

@@ -51,7 +51,7 @@ class CopiesEDA:
 
 def text_rows(params, a3_text: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
     """Per LSTM user: A3's two runs (without, with EDA) and the run with copies (`copies`:
-    `protocol.augmented_steps` with `CopiesEDA`, its "with" rows), as `table` reads them."""
+    `cloud_baselines.augmented_steps` with `CopiesEDA`, its "with" rows), as `table` reads them."""
     kinds = [(a3_text, "without", ORIGINAL, "-"), (a3_text, "with", GENERATED, "eda"), (copies, "with", COPIES, "-")]
     epochs = params.text_personal_epochs
     return pd.DataFrame(

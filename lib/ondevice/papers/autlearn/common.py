@@ -37,16 +37,15 @@ import tf_keras as keras
 
 from ondevice import params as _params
 from ondevice import streams
-from ondevice.data import femnist, manifests, sent140
+from ondevice.data import femnist, manifests, per_user_text, sent140
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm, mobilenet_v1
-from ondevice.papers.deeptype.common import read_users
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.params import Params
 from ondevice.tasks import inference
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.model_cache import cached_train
 from ondevice.training.trainer import Plateau, Trainer
 
@@ -308,7 +307,7 @@ def load_text(params: AutLearnParams, log=print, speeches=None, tweets=None) -> 
     `speeches` / `tweets` replace the Shakespeare speeches / Sent140 tweets (tests)."""
     public, held_out, files = public_sentences(params, tweets)
     vocab = Vocabulary.from_sentences(public + held_out, params.vocab_size)
-    manifest, users = read_users(params, speeches)
+    manifest, users = per_user_text.read_users(params.corpus, speeches)
     sizes = {u: sum(map(len, s)) for u, s in users.items()}
     p = params
     chosen, held = top_users(
@@ -360,7 +359,7 @@ PRETRAIN_CODE = (
     "ondevice.tasks.next_word",
     "ondevice.models.lstm_lm",
     "ondevice.streams",
-    "ondevice.papers.deeptype.techniques.bucketing",
+    "ondevice.training.bucketing",
 )
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.autlearn import protocol
+from ondevice.papers.autlearn import cloud_baselines
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.report import claims
 
@@ -30,7 +30,7 @@ ADVANTAGE = "CloudTrain's advantage"  # relative change of the mean top-1, Cloud
 
 
 def train(params, kind: str, cloud, start, clients: dict, holdout, seed: int, log) -> list[dict]:
-    """FedAvg from `start` over `clients` to its plateau (`protocol.converge_fedavg`, the preset's
+    """FedAvg from `start` over `clients` to its plateau (`cloud_baselines.converge_fedavg`, the preset's
     rounds, clients per round, local epochs and batch); its curve. The client draws follow `seed`
     and the kind only, so both client sets are drawn alike."""
     (rounds, per_round), batch = params.fedavg_setting(kind), params.cloud(kind)[2]
@@ -42,7 +42,7 @@ def train(params, kind: str, cloud, start, clients: dict, holdout, seed: int, lo
         streams.tf_seed(seed, f"fedavg/{kind}"),
     )
     rule = dict(evaluate=holdout, stop=params.plateau("FedAvg"), evaluate_every=params.fedavg_evaluate_every, log=log)
-    return protocol.converge_fedavg(cloud, start, clients, *fed, **rule)
+    return cloud_baselines.converge_fedavg(cloud, start, clients, *fed, **rule)
 
 
 def client_sets(fedavg: str, kind: str, data, seed: int, ablate: bool) -> dict:

@@ -152,7 +152,7 @@ def larger_later_text(eff: pd.DataFrame, claims_: dict, stand_in: str) -> str:
 
 
 def compression_table(variants: dict) -> pd.DataFrame:
-    """autlearn_cost: what each compression (`protocol.Compressed`, per kind) leaves: parameters (the
+    """autlearn_cost: what each compression (`compression.Compressed`, per kind) leaves: parameters (the
     non-zero ones show magnitude pruning), forward FLOPs per sample, size as float32 and
     zlib-compressed (where sparsity shows), validation top-1, and ratios to the uncompressed model."""
     rows = []

@@ -4,6 +4,7 @@ energy) builds its personal or online trainer here, from the personal fields of 
 (`personal_optimizer`, `personal_learning_rate`, `personal_epochs`, `personal_batch_size`), never
 from the global model's `optimizer`: changing the global regime must not move a personal result.
 A configuration chosen on validation users (`select`) is a labelled deviation from the paper's.
+A user's online batches, as the keyboard feeds them and as `export` writes them, are here too.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import selection
+from ondevice.training.inference_reuse import OnlineTrainer
 from ondevice.training.trainer import History, Hook, Plateau, Trainer
 
 # A personal configuration (as `selection` names it) and the parameter fields that hold it.
@@ -33,7 +34,7 @@ def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_ste
 
 def online_trainer(params, model, task, reuse: bool = True):
     """The online trainer (Sec. 5.4-5.5): with `reuse`, the softmax alone trains from the features
-    the suggestion's inference cached (`techniques.inference_reuse`); else every layer trains."""
+    the suggestion's inference cached (`training.inference_reuse`); else every layer trains."""
     if not reuse:
         return personal_trainer(params, model, task)
     rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
@@ -181,3 +182,23 @@ def select(params, personal: Personal, start: list[np.ndarray], data: dict, cand
     extra = pd.DataFrame(list(rows.values())).drop(columns="median_gain_on_validation_users")
     table = pd.concat([table.rename(columns={"score": "median_gain_on_validation_users"}), extra], axis=1)
     return best, table.assign(paper_config=[c == config(params) for c in configs])
+
+
+def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
+    """A user's samples in typing order, cut into online batches of `batch_size` (the last partial
+    batch is dropped, as a keyboard trains only once its buffer is full), padded to one shape."""
+    n = len(samples) // batch_size
+    if n == 0:
+        raise ValueError(f"the user has {len(samples)} samples, fewer than one batch of {batch_size}")
+    padded = [samples.padded(np.arange(i * batch_size, (i + 1) * batch_size)) for i in range(n)]
+    tokens = np.zeros((n, batch_size, max(x.shape[1] for x, _ in padded)), np.int32)
+    labels = np.zeros_like(tokens)
+    for i, (x, y) in enumerate(padded):
+        tokens[i, :, : x.shape[1]], labels[i, :, : y.shape[1]] = x, y
+    return {"tokens": tokens, "labels": labels, "lengths": np.array([x.shape[1] for x, _ in padded], np.int32)}
+
+
+def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`user_batches` as the keyboard feeds them: each batch cut to its own length."""
+    data = user_batches(samples, batch_size)
+    return [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]

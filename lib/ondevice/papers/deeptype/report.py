@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ondevice.papers.deeptype.common import Corpus, GlobalModels
+from ondevice.data.per_user_text import Corpus
+from ondevice.papers.deeptype.common import GlobalModels
 from ondevice.report import claims, record
 
 EFFECT = (

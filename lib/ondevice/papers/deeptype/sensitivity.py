@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data import per_user_text
 from ondevice.papers.deeptype import common, protocol, report
 from ondevice.report import claims
 
@@ -40,7 +41,7 @@ SWITCHES = {
 CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
 
 
-def effect_rows(params, name: str, corpus: common.Corpus, models: common.GlobalModels, log=print) -> list[dict]:
+def effect_rows(params, name: str, corpus: per_user_text.Corpus, models: common.GlobalModels, log=print) -> list[dict]:
     """Per seed and test user: top-k-eff of the crowd global model and of its personalized model."""
     personal, rows = protocol.Personal(params, models.model), []
     for seed in params.seed_list:
@@ -55,12 +56,12 @@ def effect_rows(params, name: str, corpus: common.Corpus, models: common.GlobalM
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
+def switched(params, base: per_user_text.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
     """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds)."""
     rows, costs = [], []
     for name, change in (SWITCHES[s] for s in params.sensitivity):
         p, started = dataclasses.replace(params, **change), time.perf_counter()
-        corpus = common.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
+        corpus = per_user_text.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
         models = common.train_global(p, corpus, log)
         rows += effect_rows(p, name, corpus, models, log)
         trained = [not e.hit for e in models.unique().values()]
@@ -69,7 +70,7 @@ def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.Dat
     return rows, pd.DataFrame(costs)
 
 
-def _words(corpus: common.Corpus) -> dict:
+def _words(corpus: per_user_text.Corpus) -> dict:
     return {"crowd_words": sum(map(len, corpus.crowd)), "crowd_users": len(corpus.split.crowd)}
 
 

@@ -5,12 +5,12 @@ writers), every method on the same per-user splits.
 - AutLearn: the public pre-trained model; on each device the last layer only trains on that
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
-  data pooled, to convergence (`protocol.converge_cloud`); no per-user model.
+  data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
 - CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate chosen again).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally
-  (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`); and the public model itself.
+  (`techniques.fedavg`), to convergence (`cloud_baselines.converge_fedavg`); and the public model itself.
 The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
-the validation users (`protocol.holdout_loss`); the presets' epochs and rounds are caps only.
+the validation users (`cloud_baselines.holdout_loss`); the presets' epochs and rounds are caps only.
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
@@ -31,9 +31,9 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.device import tflite
-from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
+from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, protocol, report
 from ondevice.report import claims, facts, record
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 NAME = "autlearn_accuracy"
@@ -168,7 +168,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     task, (lr, epochs, batch) = protocol.task(params, kind), params.cloud(kind)
     step = protocol.PersonalTrainer(params, kind, model)
     cloud = Trainer(model, task, lr, "adam", hooks=[EqualLength()] if kind == "text" else [])
-    holdout = protocol.holdout_loss(kind, data.validation)
+    holdout = cloud_baselines.holdout_loss(kind, data.validation)
 
     def record_(method, users, weights=None, on_device=None):
         for user in users:
@@ -194,10 +194,13 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
 
     # CloudTrain: all layers on the pooled training data to the plateau, then CloudCustomize per user
-    cloud.reset(start if params.cloud_init == "public" else protocol.scratch_weights(params, kind, data, seed))
+    cloud.reset(start if params.cloud_init == "public" else cloud_baselines.scratch_weights(params, kind, data, seed))
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODELS[kind]}"
     rule = dict(evaluate=holdout, stop=params.plateau(CLOUD))
-    curve(CLOUD, protocol.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule))
+    curve(
+        CLOUD,
+        cloud_baselines.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule),
+    )
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
     chosen = protocol.choose_rate(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
     custom = protocol.PersonalTrainer(chosen, kind, model)

@@ -6,7 +6,7 @@ images: crop, rotation and translation (`techniques.image_augment`). Up to `eda_
 `image_n_aug` generated per original, capped at `augment_cap` x the original count (the paper: "at
 most 1x"). Paper: +0.9% (LSTM), +3.1% (MobileNet); MobileNet's change taken apart: `augment_ablation`.
 
-A4. Online learning emulated as the paper describes it (`protocol.stream_pass`): a user's data in
+A4. Online learning emulated as the paper describes it (`online_learning.stream_pass`): a user's data in
 order (training part, then test part), each sample predicted (and scored), then buffered; each full
 buffer of `online_batch_size` trains the last layer once from the inference's cached features.
 Against the same start model without updates. Paper: +5.9% (LSTM), +3.1% (MobileNet), larger later.
@@ -35,7 +35,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.data import femnist, wordnet
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.autlearn import augment_ablation, common, protocol, report
+from ondevice.papers.autlearn import augment_ablation, cloud_baselines, common, online_learning, protocol, report
 from ondevice.papers.autlearn.report import plot_augmentation, plot_curve  # noqa: F401  (the notebook's figures)
 from ondevice.papers.autlearn.techniques import eda, image_augment
 from ondevice.report import claims, facts, record
@@ -109,7 +109,7 @@ class Params(common.AutLearnParams):
         self.at_least(1, "image_n_aug", "online_batch_size", "seeds")
         self.require(all(e >= 1 for e in self.ablation_epochs), "ablation_epochs", "must be epochs >= 1")
         self.between("(0, 1)", "last_fraction", "image_public_fraction", "image_validation_fraction")
-        ok = bool(self.online_image_candidates) and all(map(protocol.online_candidate, self.online_image_candidates))
+        ok = bool(updates := self.online_image_candidates) and all(map(online_learning.online_candidate, updates))
         self.require(ok, "online_image_candidates", "must list 'sgd:<rate>' or 'adam:<rate>' with positive rates")
         self.at_least(2, "curve_points")
         self.at_least(100, "bootstrap")
@@ -178,7 +178,7 @@ def augment_text(params: Params, data: Data, models: dict, log=print, eda_like=N
             more = eda.augment_corpus(made, sents, rng, p.eda_n_aug, p.augment_cap)
             return build_samples(sents + more, text.vocab, text.context_words), len(more)
 
-        return (protocol.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
+        return (cloud_baselines.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
 
     return _seeds(dataclasses.replace(params, seeds=seeds or params.seeds), one)[0]
 
@@ -190,7 +190,7 @@ def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.Da
 
     def one(p: Params, seed: int):
         augment = lambda user: augment_ablation.training_set(p, images, user, augmenter)
-        return (protocol.augmented_steps(p, "image", images, models["image"][seed], augment, "images", log),)
+        return (cloud_baselines.augmented_steps(p, "image", images, models["image"][seed], augment, "images", log),)
 
     return _seeds(params, one)[0]
 
@@ -207,26 +207,26 @@ def ablation(params: Params, data: Data, models: dict, image_aug, text_aug, log=
 def online_text(params: Params, data: Data, models: dict, log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per seed, each user's sentences in order (training part, then test part) through the
     pre-trained LSTM, with and without online updates of its softmax."""
-    user_streams = {u: protocol.text_stream(data.text, u) for u in data.text.users}
+    user_streams = {u: online_learning.text_stream(data.text, u) for u in data.text.users}
 
     def one(p: Params, seed: int):
         pre = models["text"][seed]
-        return protocol.online_rows(
-            p, "text", protocol.online_trainer(p, "text", pre.model), pre.weights, user_streams, log
+        return online_learning.online_rows(
+            p, "text", online_learning.online_trainer(p, "text", pre.model), pre.weights, user_streams, log
         )
 
     return _seeds(params, one)
 
 
 def online_images(params: Params, data: Data, models: dict, log=print):
-    """Per seed, A4 for MobileNet (`protocol.online_images`: the cloud's head on public writers, the
+    """Per seed, A4 for MobileNet (`online_learning.online_images`: the cloud's head on public writers, the
     online update chosen on validation writers, the users' streams). Returns the users' rows and
     curve, the selection table and notes."""
-    roles, chosen = protocol.image_roles(params, data.images), {}
+    roles, chosen = online_learning.image_roles(params, data.images), {}
     candidates = params.online_image_candidates
 
     def one(p: Params, seed: int):
-        rows, curve, table, chosen[seed] = protocol.online_images(
+        rows, curve, table, chosen[seed] = online_learning.online_images(
             p, data.images, models["image"][seed], roles, candidates, log
         )
         return rows, curve, table

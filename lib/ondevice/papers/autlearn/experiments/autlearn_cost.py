@@ -5,7 +5,7 @@ Every cost is a ratio measured in one run, baseline and technique side by side, 
 epoch of AutLearn's on-device step (the last layer trains; every step runs the whole forward
 pass, as on the paper's phones), batch 16 for the LSTM and 1 and 16 for MobileNet:
 
-- Compression (cloud side, `protocol.compress`): the paper's structured pruning searched to
+- Compression (cloud side, `compression.compress`): the paper's structured pruning searched to
   `max_accuracy_drop` of validation accuracy; DeepType's SVD of the softmax at the smallest rank
   within the same drop; tensorflow-model-optimization's weight magnitude pruning at the highest
   sparsity within it. Parameters, FLOPs, size and epoch time per user.
@@ -24,7 +24,7 @@ where a run must reproduce bit for bit (smoke: the suite diffs a run against its
 counted: FLOPs from the layer shapes (`time_source = "counted"`); the compiler can only be
 measured, so its table and verdicts always carry "time" in their column names.
 
-The compression is `protocol`'s, the timing and counting `costs`'. Stages, one per notebook
+The compression is `compression`'s, the timing and counting `costs`'. Stages, one per notebook
 section: `load`, `compress`, `time_epochs`, `compiler`, `online`, `phones`, `energy`, `conclude`;
 `run` calls them all.
 """
@@ -42,9 +42,9 @@ from ondevice.device import availability
 from ondevice.device.energy import profiles
 from ondevice.device.energy.base import MODELLED
 from ondevice.device.energy.modelled import GovernorModel
-from ondevice.papers.autlearn import common, costs, protocol, report
+from ondevice.papers.autlearn import common, compression, costs, report
+from ondevice.papers.autlearn.compression import Compressed
 from ondevice.papers.autlearn.costs import compiler, first_step_losses, online, time_epochs  # noqa: F401  (stages)
-from ondevice.papers.autlearn.protocol import Compressed
 from ondevice.papers.autlearn.report import compression_table, plot_energy, plot_times  # noqa: F401  (the notebook's)
 from ondevice.papers.autlearn.techniques.compiler import PATHS
 from ondevice.report import claims, facts, record
@@ -193,13 +193,15 @@ def load(params: Params, log=print) -> Data:
 
 def compress(params: Params, data: Data, log=print) -> tuple[dict[str, list[Compressed]], pd.DataFrame]:
     """Per model: the uncompressed public model and each compression within the accuracy budget
-    (`protocol.compress`), and the structured search's rounds. The LSTM is validated and re-trained
+    (`compression.compress`), and the structured search's rounds. The LSTM is validated and re-trained
     on public text, MobileNet scored on the cloud's writers."""
     variants, rounds = {}, []
     for kind, pre in data.models.items():
         images = (data.images, data.cloud_writers, pre)
-        cloud = protocol.cloud_text(params, data.text) if kind == "text" else protocol.cloud_image(params, *images)
-        variants[kind], kind_rounds = protocol.compress(params, kind, pre, *cloud, log)
+        cloud = (
+            compression.cloud_text(params, data.text) if kind == "text" else compression.cloud_image(params, *images)
+        )
+        variants[kind], kind_rounds = compression.compress(params, kind, pre, *cloud, log)
         rounds += kind_rounds
     return variants, pd.DataFrame(rounds)
 

@@ -28,9 +28,9 @@ from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, boo
 from ondevice.papers.colla.report import COST_APPROACHES as APPROACHES
 from ondevice.papers.colla.report import plot_costs  # noqa: F401  (stages)
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.params import presets
 from ondevice.report import claims, facts, record
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import StepTimer, Trainer
 
 NAME = "colla_cost"

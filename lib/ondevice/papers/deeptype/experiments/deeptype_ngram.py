@@ -18,13 +18,15 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import top_k_eff
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed
 from ondevice.papers.deeptype import common, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_ngram"
 LSTM = "LSTM"
@@ -38,11 +40,11 @@ def ngram_name(order: int, prefix_filter: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     ngram_orders: tuple[int, ...] = (2, 3)
 
     # The model fields are the shared presets', so the LSTMs are the other notebooks' cache entries.
-    PRESETS = presets(common.PRESETS, {"paper": dict(seeds=3)})
+    PRESETS = presets(typing_protocol.PRESETS, {"paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()

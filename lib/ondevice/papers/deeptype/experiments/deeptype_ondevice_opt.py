@@ -18,11 +18,13 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.typing_samples import Samples
 from ondevice.device import tflite
+from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype import table2 as t2m
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tables and figure)
     LABEL,
     NAME,
@@ -39,9 +41,10 @@ from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tab
     table2,
     wide,
 )
-from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.report import claims, record
+from ondevice.tasks import typing_protocol
+from ondevice.training import bucketing as bk
 from ondevice.training.trainer import StepTimer
 
 SMOKE = dict(max_test_users=2, max_personal_samples=640, seeds=1, tflite_variants=("combined",), bootstrap=500)
@@ -54,7 +57,7 @@ _TIMING_COLUMNS.update({"users improved": "users faster (epoch time)", "users wo
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     max_test_users: int = 0  # the first N test users of the split; 0 = all
     max_personal_samples: int = 0  # the user's first N training samples; 0 = all (smoke: fewer)
     personal_epochs: int = 1
@@ -71,7 +74,7 @@ class Params(common.DeepTypeParams):
     tflite_check_steps: int = 3  # personal steps run both in TF and in the exported TFLite model
     bootstrap: int = 2000
 
-    PRESETS = common.presets({"smoke": SMOKE, "default": DEFAULT, "paper": dict(personal_epochs=5)})
+    PRESETS = typing_protocol.presets({"smoke": SMOKE, "default": DEFAULT, "paper": dict(personal_epochs=5)})
 
     def check(self) -> None:
         super().check()
@@ -114,9 +117,9 @@ def first_samples(samples: Samples, n: int) -> Samples:
     return Samples(s.inputs[:end], s.labels[:end], s.offsets[: n + 1], s.n_context[:n], s.word_len[:n], s.target[:n])
 
 
-def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd.Compressed:
+def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd_retrain.Compressed:
     """SVD layer compression of every seed's global model, then re-training on the crowd (Sec. 5.1)."""
-    return svd.compress_globals(models, params, corpus, log)
+    return svd_retrain.compress_globals(models, params, corpus, log)
 
 
 def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
@@ -129,7 +132,7 @@ def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataF
 class Personal:
     """Builds, trains and scores the personal model of one (seed, user, variant)."""
 
-    def __init__(self, params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed):
+    def __init__(self, params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed):
         self.params, self.corpus, self.models, self.compressed = params, corpus, models, compressed
         self.task, self._trainers = common.task(params), {}
 
@@ -163,7 +166,7 @@ class Personal:
         return row | {"epoch_time_seconds": steady * steps, "epoch_wall_seconds": history[0]["seconds"]}
 
 
-def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed, log=print):
+def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
     """Every seed, every chosen test user, every variant back to back (so timing is comparable)."""
     personal, users, rows = Personal(params, corpus, models, compressed), params.chosen_users(corpus), []
     for seed in params.seed_list:
@@ -175,7 +178,7 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed
     return rows
 
 
-def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed, log=print):
+def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
     """`tflite.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
     from their own stream, so no result changes."""
     if not params.tflite_check_steps or not params.tflite_variants:

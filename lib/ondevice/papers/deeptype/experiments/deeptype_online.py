@@ -21,13 +21,14 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import chars_needed, top_k_eff
 from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
-from ondevice.tasks import inference
+from ondevice.tasks import inference, typing_protocol
 from ondevice.tasks.next_word import position_scores
 
 NAME = "deeptype_online"
@@ -40,7 +41,7 @@ PART_EFFECTS = facts.load("deeptype")[NAME]["part_effects"]
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     online_batch_size: int = 16  # the paper trains once 16 samples are buffered
     online_training: str = "fine_tune"  # fine_tune: softmax only, reusing inference (the paper's online path) | full
     last_fraction: float = 0.1  # the stream's last part (the paper: last 10K of 100K samples)
@@ -51,7 +52,7 @@ class Params(common.DeepTypeParams):
     also_learning_rate: float = 3e-4
 
     # The model fields are the shared presets', so the global models are the other notebooks' cache entries.
-    PRESETS = presets(common.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
+    PRESETS = presets(typing_protocol.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()

@@ -5,7 +5,7 @@ Online training buffers 16 samples the user typed and trains on them. Without re
 is a fine-tune step: a forward pass through the embedding and both LSTM layers, then the softmax's
 gradient. With reuse the keyboard kept, from the inference it ran anyway while the user typed,
 the last LSTM layer's output at every position, and updates only the softmax from that cache
-(`techniques/inference_reuse.py`). We time one batch of 16 at each length, both ways, in
+(`training/inference_reuse.py`). We time one batch of 16 at each length, both ways, in
 TensorFlow and through the exported TFLite file, from the first seed's cached global model, and
 check that both ways give the same update.
 
@@ -23,13 +23,14 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.device import tflite, tflite_reuse
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.device import reuse_export, tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
-from ondevice.papers.deeptype.export import online_batches
-from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.report import claims, facts, record
+from ondevice.tasks import typing_protocol
+from ondevice.training import inference_reuse
 
 NAME = "deeptype_online_latency"
 PAPER = facts.paper(NAME)
@@ -41,7 +42,7 @@ SECTION = "Which reading of the two steps"
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     online_batch_size: int = 16  # the paper buffers 16 samples
     lengths: tuple[int, ...] = tuple(range(2, 31, 2))
     repeats: int = 15  # timed batches per (runtime, length, way); the median is reported
@@ -53,7 +54,7 @@ class Params(common.DeepTypeParams):
     device_profile: str = ""  # a runner log (tools/ondevice_runner.py): extrapolate to that device
     bootstrap: int = 2000
 
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {"smoke": dict(lengths=(2, 10, 20, 30), repeats=5, warmup=2, parity_steps=3, bootstrap=500)}
     )
 
@@ -75,7 +76,7 @@ def _online(params: Params, models: GlobalModels):
 
 
 def _user_batches(params: Params, corpus: Corpus, user: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    return online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
+    return protocol.online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
 
 
 def _max_diff(a, b) -> float:
@@ -98,8 +99,8 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
     online.reset(start)
     training = (params.personal_learning_rate, params.personal_optimizer)
-    module = inference_reuse.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
-    flatbuffer = tflite.convert(module, inference_reuse.REUSE_SIGNATURES)
+    module = reuse_export.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
+    flatbuffer = tflite.convert(module, reuse_export.REUSE_SIGNATURES)
     tf_losses = [float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)) for bx, by in batches]
     online.reset(start)
     a, b, c = (tflite.interpreter(flatbuffer).get_signature_runner for _ in range(3))
@@ -175,7 +176,7 @@ def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: by
 def work_per_user(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
     """Analytic FLOPs of one online update, averaged over each test user's real online batches
     (their typing in order, 16 samples a batch), without and with reuse. Deterministic."""
-    config, flops, rows = common.model_config(params, corpus), inference_reuse.flops_per_update, []
+    config, flops, rows = typing_protocol.model_config(params, corpus), inference_reuse.flops_per_update, []
     for seed in params.seed_list:
         for user in corpus.split.test:
             lengths = [x.shape[1] for x, _ in _user_batches(params, corpus, user)]
@@ -208,7 +209,7 @@ def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
 
 
 def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table, work, flatbuffer, wall_time_s):
-    config, longest = common.model_config(params, corpus), max(params.lengths)
+    config, longest = typing_protocol.model_config(params, corpus), max(params.lengths)
     headline = {}
     for runtime in table.runtime.unique():  # timing does not depend on the weights: one value stands for every seed
         g = table[(table.runtime == runtime) & (table.length == longest)].set_index("way").median_seconds

@@ -18,14 +18,16 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, build_samples
 from ondevice.metrics import top_k_eff
 from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_personal_data"
 GLOBAL = "G-M"
@@ -43,7 +45,7 @@ QUANTITIES = {
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     data_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)  # of each user's personal training part
     dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
@@ -55,7 +57,7 @@ class Params(common.DeepTypeParams):
 
     # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes
     PRESETS = presets(
-        common.PRESETS,
+        typing_protocol.PRESETS,
         {"smoke": dict(seeds=2, personal_epochs=1), "default": dict(seeds=1, personal_epochs=1)},
     )
 

@@ -17,13 +17,15 @@ import numpy as np
 import pandas as pd
 
 from ondevice import engine, streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.device import tflite
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import common, protocol, report, sensitivity
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_top3eff"
 G_CROWD, P_CROWD, CONTROL = "crowd global", "crowd global + personal", "crowd global + more crowd training"
@@ -45,7 +47,7 @@ OWN_PRESETS = {
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
     adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     tuned_row: bool = True  # also run the validation users' choice on the test users
@@ -54,7 +56,7 @@ class Params(common.DeepTypeParams):
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
 
-    PRESETS = presets(common.PRESETS, OWN_PRESETS)
+    PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
 
     def check(self) -> None:
         super().check()
@@ -130,12 +132,12 @@ def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
 
 def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, log=print) -> list[dict]:
     """Every (seed, test user) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable."""
-    p, config = params, common.model_config(params, corpora["crowd"])
+    p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
     shared = {
         "params": p,
         "tuned": tuned if p.tuned_row and tuned not in (None, protocol.config(p)) else None,
-        "configs": {k: common.model_config(p, c) for k, c in corpora.items()},
+        "configs": {k: typing_protocol.model_config(p, c) for k, c in corpora.items()},
         "weights": {k: m.weights for k, m in models.items()},
         "scratch": {s: init(s) for s in p.seed_list},
     }

@@ -21,15 +21,17 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.device import tflite
 from ondevice.device.energy import study
 from ondevice.device.energy.base import MEASURED, MODELLED, measuring
 from ondevice.device.energy.study import EnergyParams, direction_text, hardware_note, plot_profile, setup  # noqa: F401
 from ondevice.device.energy.workload import step_flops
 from ondevice.papers.deeptype import common, protocol
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus  # noqa: F401  (a stage the notebook calls)
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.papers.deeptype.common import GlobalModels  # noqa: F401  (a stage the notebook calls)
 from ondevice.report import claims, facts, record
+from ondevice.tasks import typing_protocol
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import StepTimer
 
 NAME = "energy_governors"
@@ -40,7 +42,7 @@ BASELINE_GOVERNOR = study.BASELINE_GOVERNOR
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams, EnergyParams):
+class Params(typing_protocol.DeepTypeParams, EnergyParams):
     energy_users: int = 4  # test users personalised (drawn from the split's test users)
     personal_epochs: int = 1
     personal_holdout_fraction: float = 0.0  # fixed epochs: energy of the same training per governor
@@ -50,7 +52,7 @@ class Params(common.DeepTypeParams, EnergyParams):
     bootstrap: int = 2000
 
     # smoke: modelled meter only, on counted work, so its outputs reproduce bit for bit
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {
             "smoke": dict(
                 energy_users=2, seeds=2, meters=(), modelled_cpu_time="counted", export_tflite=False, bootstrap=500
