@@ -75,6 +75,7 @@ def rate_notes(params, text, images) -> dict:
             "text": params.text_personal_learning_rate,
             "image": params.image_personal_learning_rate,
         },
+        "on_device_epochs_chosen": {"text": params.text_personal_epochs, "image": params.image_personal_epochs},
         "validation_users": {"text": list(text.validation.users), "image": list(images.validation.users)},
         "effects_statistic": "mean over users (paired bootstrap)",
     }

@@ -6,7 +6,8 @@ writers), every method on the same per-user splits.
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate chosen again).
+- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate and epochs
+  chosen again).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
   validation users, and its known-answer control on IID clients); and the public model itself.
@@ -15,8 +16,8 @@ the validation users (`cloud_baselines.holdout_loss`); the presets' epochs and r
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
-relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates are chosen
-on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
+relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates and epochs
+are chosen on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
 
 Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `fedavg_baseline.choose_all`,
 `text_methods`, `image_methods`, `on_device`, `conclude`; `run` calls them all.
@@ -137,8 +138,8 @@ def pretrain(params: Params, text, images, log=print) -> dict[str, dict[int, com
 
 
 def choose_rates(params: Params, text, images, pre, log=print) -> tuple[Params, pd.DataFrame]:
-    """Both models' on-device rates chosen on their validation users, from the first seed's public models."""
-    return protocol.choose_rates(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
+    """Both models' on-device rates and epochs chosen on their validation users, from the first seed's public models."""
+    return protocol.choose_steps(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
 
 
 def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataFrame | None:
@@ -171,7 +172,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
             row |= dict(train_examples=task.size(data.train[user]), test_examples=task.size(data.test[user]))
             if on_device is not None:  # the on-device step from `weights` (AutLearn, CloudCustomize)
                 on_device.fit(weights, data.train[user], streams.rng(seed, f"personal/{kind}/{user}"))
-                row["on_device_rate"] = on_device.setting.learning_rate
+                row |= dict(on_device_rate=on_device.setting.learning_rate, on_device_epochs=on_device.setting.epochs)
             rows.append(row | protocol.score(params, kind, model, data.test[user]))
 
     # the public model, and AutLearn on each user
@@ -195,7 +196,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         cloud_baselines.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule),
     )
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
-    chosen = protocol.choose_rate(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
+    chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
     custom = protocol.PersonalTrainer(chosen, kind, model)
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)

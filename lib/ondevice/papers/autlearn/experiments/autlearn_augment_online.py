@@ -141,9 +141,9 @@ def pretrain(params: Params, data: Data, log=print) -> dict[str, dict[int, commo
 
 
 def choose_rates(params: Params, data: Data, models: dict, log=print) -> tuple[Params, pd.DataFrame]:
-    """The on-device rates chosen on the validation users (never the test users), with the first seed's models."""
+    """The on-device rates and epochs chosen on the validation users (never the test users), first seed's models."""
     first = {kind: by_seed[params.seed] for kind, by_seed in models.items()}
-    return protocol.choose_rates(params, data.text, data.images, first, log)
+    return protocol.choose_steps(params, data.text, data.images, first, log)
 
 
 def _seeds(params: Params, stage):
