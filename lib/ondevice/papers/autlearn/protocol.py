@@ -140,7 +140,7 @@ def choose_step(params, kind: str, data, pre: common.Pretrained, log=print):
     reference = float(np.mean([score(params, kind, pre.model, val.test[u])["top1"] for u in val.users]))
     table = pd.concat([table, pd.DataFrame([{"epochs": 0, "learning_rate": 0.0, "score": reference, "chosen": False}])])
     table = table.reset_index(drop=True).rename(columns={"score": "validation mean top-1"})
-    table = table.assign(model=model, optimizer=getattr(params, f"{kind}_personal_optimizer"))
+    table = table.assign(model=model, optimizer=getattr(params, f"{kind}_personal_optimizer"), method="on-device step")
     table = table.assign(validation_users=len(val.users))
     top1 = scores[best["epochs"], best["learning_rate"]]
     log(
