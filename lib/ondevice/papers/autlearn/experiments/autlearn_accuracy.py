@@ -90,15 +90,16 @@ class Params(common.AutLearnParams):
     # each validate). Caps in epochs (FedAvg: rounds x clients x local epochs / users): LSTM CloudTrain 10,
     # FedAvg 45 x 4 / 12 = 15 per local epoch; MobileNet 15 and 600 x 10 / 99 = 61. Measured at default
     # with Adam clients (e1cb90f): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at
-    # 2.8 (LSTM) and 24-41 (MobileNet) epochs of examples; ~1.8 s per MobileNet round. Smoke: caps high
-    # enough for the small data to reach the plateau (the IID control needs convergence).
+    # 2.8 (LSTM) and 24-41 (MobileNet) epochs of examples; ~1.8 s per MobileNet round, hence only two
+    # MobileNet client rates at default (4 runs of the grid). Smoke: caps high enough for the small
+    # data to reach the plateau (the IID control needs convergence).
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=60, image_fedavg_rounds=100, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
             | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.03, 0.1)),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
-            | dict(image_fedavg_rounds=600, image_fedavg_clients=10),
+            | dict(image_fedavg_rounds=600, image_fedavg_clients=10, image_fedavg_rate_candidates=(0.03, 0.1)),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
             | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
         }
