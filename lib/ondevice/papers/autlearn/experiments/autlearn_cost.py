@@ -95,7 +95,7 @@ class Params(common.AutLearnParams):
     bootstrap: int = 2000
 
     # default: 4 users of each kind; each LSTM round scores 3 layers on 3,000 held-out tweets' samples and
-    # re-trains on 10,000; 60 cloud writers (~1,000 test images judge the budget, ~9,000 re-train MobileNet)
+    # re-trains on 10,000; 70 cloud writers (1,091 test images judge the budget, 9,512 re-train MobileNet)
     PRESETS = common.presets(
         {
             "smoke": dict(text_users=3, cost_text_users=3, cost_image_users=3, cloud_writers=3, image_users=6)
@@ -103,7 +103,7 @@ class Params(common.AutLearnParams):
             | dict(cloud_head_epochs=3, svd_fractions=(0.25,), sparsities=(0.5,), timing_steps=3, warmup_steps=1)
             | dict(timing_repeats=1, min_holdout_images=0)
             | dict(compiler_paths=("tensorflow", "xla"), time_source="counted", online_samples=64, bootstrap=300),
-            "default": dict(text_users=4, image_users=0, cloud_writers=60, prune_candidates=3, cloud_head_epochs=8)
+            "default": dict(text_users=4, image_users=0, cloud_writers=70, prune_candidates=3, cloud_head_epochs=8)
             | dict(validation_samples=3000, retrain_samples=10000, svd_fractions=(0.25, 0.125, 0.0625))
             | dict(sparsities=(0.5, 0.8)),
             "paper": dict(cost_text_users=20, cost_image_users=20, cloud_writers=80, prune_step=0.1)
