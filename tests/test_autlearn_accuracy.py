@@ -2,15 +2,17 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras as keras
 
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import cloud_baselines, common
+from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.params import ParameterError
+from ondevice.tasks import Signature, Task
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Plateau, Trainer
@@ -116,10 +118,80 @@ def test_bad_parameters_fail_naming_the_parameter(name, value, message):
         exp.Params.for_scale("smoke", **{name: value})
 
 
-def test_fedavg_setting_per_kind():
+def test_fedavg_rounds_and_clients_per_kind():
     p = exp.Params.for_scale("default")
-    assert p.fedavg_setting("text") == (p.fedavg_rounds, p.fedavg_clients)
-    assert p.fedavg_setting("image") == (p.image_fedavg_rounds, p.image_fedavg_clients)
+    assert fedavg_baseline.rounds_and_clients(p, "text") == (p.fedavg_rounds, p.fedavg_clients)
+    assert fedavg_baseline.rounds_and_clients(p, "image") == (p.image_fedavg_rounds, p.image_fedavg_clients)
+    with pytest.raises(ParameterError, match="'text_fedavg_rate_candidates' .*positive"):
+        exp.Params.for_scale("smoke", text_fedavg_rate_candidates=(0.1, -1.0))
+    with pytest.raises(ParameterError, match="'fedavg_epoch_candidates' .*epochs >= 1"):
+        exp.Params.for_scale("smoke", fedavg_epoch_candidates=())
+
+
+# ---- IID FedAvg reaches the centralized loss: a planted least-squares problem -------------------------
+
+
+class LeastSquares(Task):
+    """Half the mean squared error of a linear model's single output: a quadratic with a closed form."""
+
+    signature = Signature(tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.float32))
+
+    def batches(self, data, batch_size, rng):
+        order = rng.permutation(len(data[1])) if rng is not None else np.arange(len(data[1]))
+        for s in range(0, len(order), batch_size):
+            yield data[0][order[s : s + batch_size]], data[1][order[s : s + batch_size]]
+
+    def loss(self, labels, outputs):
+        return 0.5 * tf.reduce_mean(tf.square(outputs[:, 0] - labels))
+
+    def size(self, data):
+        return len(data[1])
+
+
+def test_iid_fedavg_with_sgd_reaches_the_pooled_least_squares_loss_within_the_derived_tolerance():
+    # y = x.w* + noise, IID clients of unequal sizes. Each round every client takes E full-batch gradient
+    # steps of rate lr: w -> A_c w + (I - A_c) w_c, A_c = (I - lr H_c)^E, H_c = X_c'X_c / n_c, w_c the client's
+    # least-squares solution. The example-weighted average has the fixed point w_f = (I - sum p_c A_c)^-1
+    # sum p_c (I - A_c) w_c and contracts towards it by rho = ||sum p_c A_c|| (symmetric) per round; with
+    # H the pooled X'X / n and w_hat the pooled solution, L(w) - L* = (w - w_hat)' H (w - w_hat) / 2. So after
+    # R rounds from w_0: L(w_R) - L* <= lambda_max(H) / 2 (|w_f - w_hat| + rho^R |w_0 - w_f| + float32)^2,
+    # float32: a round's E steps round sums of at most n_c terms each, and every round's error is contracted by rho.
+    rng, sizes, lr, local, rounds = np.random.default_rng(3), [10, 30, 60, 200], 0.3, 3, 60
+    w_star = np.array([1.0, -2.0, 0.5])
+    x = rng.normal(size=(sum(sizes), 3))
+    y = x @ w_star + 0.5 * rng.normal(size=len(x))
+    bounds = np.cumsum([0, *sizes])
+    clients = {
+        f"c{i}": (x[a:b].astype(np.float32), y[a:b].astype(np.float32))
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:]))
+    }
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    trainer = Trainer(model, LeastSquares(), lr, "sgd")
+    w_fed = fedavg(trainer, model.get_weights(), clients, rounds, len(clients), local, max(sizes), seed=0)[0][0][:, 0]
+
+    p = np.array(sizes) / sum(sizes)
+    hessians = [xc.T @ xc / len(xc) for xc in np.split(x, bounds[1:-1])]
+    solutions = [
+        np.linalg.lstsq(xc, yc, rcond=None)[0] for xc, yc in zip(np.split(x, bounds[1:-1]), np.split(y, bounds[1:-1]))
+    ]
+    a = [np.linalg.matrix_power(np.eye(3) - lr * h, local) for h in hessians]
+    mean_a = sum(pc * ac for pc, ac in zip(p, a))
+    w_fixed = np.linalg.solve(
+        np.eye(3) - mean_a, sum(pc * (np.eye(3) - ac) @ wc for pc, ac, wc in zip(p, a, solutions))
+    )
+    h, w_hat = x.T @ x / len(x), np.linalg.lstsq(x, y, rcond=None)[0]
+    rho = float(np.linalg.norm(mean_a, 2))
+    loss = lambda w: 0.5 * float(np.mean((x @ w - y) ** 2))  # noqa: E731
+    rounding = float32_sum_tolerance(max(sizes) * local, float(np.abs(w_fixed).sum())) / (1 - rho)
+    distance = np.linalg.norm(w_fixed - w_hat) + rho**rounds * np.linalg.norm(w_fixed) + rounding
+    tolerance = 0.5 * float(np.linalg.eigvalsh(h).max()) * distance**2
+    assert rho < 0.9 and tolerance < 1e-3 * loss(w_hat)  # IID: the fixed point is the pooled optimum to 0.1%
+    assert loss(w_hat) <= loss(w_fed) <= loss(w_hat) + tolerance
+    # the bound is tight enough to fail on a bug: unweighted averaging (client sizes ignored) would end far outside
+    unweighted = np.linalg.solve(
+        np.eye(3) - np.mean(a, axis=0), np.mean([(np.eye(3) - ac) @ wc for ac, wc in zip(a, solutions)], axis=0)
+    )
+    assert loss(unweighted) > loss(w_hat) + 3 * tolerance
 
 
 # ---- FedAvg and CloudTrain to convergence -----------------------------------------------------------

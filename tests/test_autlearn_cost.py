@@ -120,6 +120,19 @@ def test_search_stops_at_the_accuracy_budget():
     assert first is model and len(rounds) == 1 and not rounds[0].within_budget
 
 
+def test_search_without_a_round_cap_goes_on_while_the_budget_allows():
+    # accuracy never falls: with max_rounds = 0 rounds go on until the layer keeps one unit (12 -> 6 -> 3 ->
+    # 1 at step 0.5), each re-trained; a cap of 1 stops after the first
+    retrained = []
+    best, rounds, _ = pruning.search(
+        small_lstm(), lambda m: 0.5, retrained.append, step=0.5, max_rounds=0, layers=["lstm_2"], log=lambda *_: None
+    )
+    assert [r.width_after for r in rounds] == [6, 3, 1] and len(retrained) == 3
+    assert all(r.within_budget for r in rounds) and pruning.width(best.get_layer("lstm_2")) == 1
+    capped = pruning.search(small_lstm(), lambda m: 0.5, lambda m: None, step=0.5, max_rounds=1, layers=["lstm_2"])
+    assert len(capped[1]) == 1
+
+
 def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
     model = small_lstm()
     sparse = magnitude_pruning.prune(model, 0.5)

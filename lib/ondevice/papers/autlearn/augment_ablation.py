@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.autlearn import protocol
+from ondevice.papers.autlearn import augment_choice, protocol
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import image_augment
 from ondevice.report import claims
@@ -100,10 +100,11 @@ def runs(params) -> list[tuple[str, str, int]]:
     return grid + singles
 
 
-def _augmenter(training: str, operations: str):
+def _augmenter(params, training: str, operations: str):
+    """The run's augmenter: none, copies, or the operations at the chosen strength (`augment_choice`)."""
     if training == ORIGINAL:
         return None
-    return Copies() if training == COPIES else image_augment.ImageAugmenter(tuple(operations.split(" + ")))
+    return Copies() if training == COPIES else augment_choice.augmenter(params, tuple(operations.split(" + ")))
 
 
 def run(params, images, pre, a3: pd.DataFrame | None = None, log=print) -> pd.DataFrame:
@@ -127,7 +128,7 @@ def rows(params, images, pre, a3: pd.DataFrame | None = None, log=print) -> pd.D
             made = done.generated_images.fillna(0).astype(int)
             out += [_row(training, operations, epochs, u, made[u], done.top1[u]) for u in images.users]
             continue
-        augmenter = _augmenter(training, operations)
+        augmenter = _augmenter(params, training, operations)
         for user in images.users:
             train, made = training_set(params, images, user, augmenter)
             step.fit(pre.weights, train, streams.rng(params.seed, f"personal/{user}"), epochs)

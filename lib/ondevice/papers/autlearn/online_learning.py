@@ -17,6 +17,11 @@ from ondevice.tasks.next_word import position_scores
 from ondevice.training import selection
 from ondevice.training.inference_reuse import OnlineTrainer
 
+# The online update's candidates for images, "optimizer:rate", the more conservative first.
+CANDIDATES = tuple(f"sgd:{r}" for r in ("0.001", "0.003", "0.01", "0.03", "0.1")) + tuple(
+    f"adam:{r}" for r in ("0.0001", "0.0003", "0.001", "0.003")
+)
+
 
 def stream_pass(
     trainer: OnlineTrainer, start: list[np.ndarray], n: int, batch, hits, batch_size: int, train: bool

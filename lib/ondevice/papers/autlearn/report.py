@@ -75,6 +75,7 @@ def rate_notes(params, text, images) -> dict:
             "text": params.text_personal_learning_rate,
             "image": params.image_personal_learning_rate,
         },
+        "on_device_epochs_chosen": {"text": params.text_personal_epochs, "image": params.image_personal_epochs},
         "validation_users": {"text": list(text.validation.users), "image": list(images.validation.users)},
         "effects_statistic": "mean over users (paired bootstrap)",
     }
@@ -462,3 +463,26 @@ def plot_finish(finish: pd.DataFrame, params):
     right.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_fedavg_control(training: pd.DataFrame, tolerance: float, cloud: str, shuffled: str):
+    """autlearn_accuracy: per model, the first seed's held-out loss of CloudTrain and of IID FedAvg against the
+    examples seen; the band is CloudTrain's kept loss up to the tolerance."""
+    import matplotlib.pyplot as plt
+
+    scored = training.dropna(subset=["holdout_loss"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, model in zip(axes, MODEL_NAMES.values()):
+        d = scored[(scored.model == model) & (scored.seed == scored.seed.min())]
+        for method in (cloud, shuffled):
+            m = d[d.method == method]
+            ax.plot(m.epochs_seen, m.holdout_loss, marker="o", label=method)
+        kept = d[(d.method == cloud) & d.kept].holdout_loss
+        if len(kept):
+            ax.axhspan(
+                kept.iloc[0], kept.iloc[0] * (1 + tolerance), color="0.85", label=f"CloudTrain + {tolerance:.0%}"
+            )
+        xlabel = "examples seen (epochs of the pooled training data)"
+        ax.set(title=f"{model}: IID FedAvg against CloudTrain", xlabel=xlabel, ylabel="loss on validation users")
+        ax.legend(frameon=False, fontsize=8)
+    return _finish(fig)
