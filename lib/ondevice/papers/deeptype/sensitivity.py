@@ -98,7 +98,11 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
 
 
 # main-row conditions shown beside the switches: the validation users' choice (top-3-eff's tuned row)
-BESIDE = (("validation choice", "crowd global + personal, tuned (deviation)"),)
+# and the step-size reading the validation users did not prefer
+BESIDE = (
+    ("validation choice", "crowd global + personal, tuned (deviation)"),
+    ("other step-size reading", "crowd global + personal, other step-size reading"),  # `step_size`
+)
 
 
 def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE, reading=None) -> dict:

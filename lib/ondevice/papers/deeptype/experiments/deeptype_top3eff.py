@@ -283,8 +283,7 @@ def run(params: Params, speeches=None, log=print):
     reading, steps = step_size.select(params, corpora["crowd"], models["crowd"], log)
     rows = personalize(params, corpora, models, tuned, reading, log)
     rows += control(params, corpora, models, reading, log)
-    also = sensitivity.BESIDE + ((f"step size: {step_size.other(reading)}", P_OTHER),)
-    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, also, reading) | {"step_size": steps}
+    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, reading=reading) | {"step_size": steps}
     more |= planted_control(params, corpora, models, reading, rows, log)
     table, flatbuffer = on_device(params, corpora, models, log)
     return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
