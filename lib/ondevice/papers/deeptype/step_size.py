@@ -11,11 +11,12 @@ The schedule's shape is the global one (`global_lr_decay` after `global_decay_af
 start the personal rate (`personal_learning_rate`, 1.0 as the global model's), so the personal
 fields still set personal training's rate.
 
-RULE, fixed before any test run: the main rows use the reading with the higher median relative
-top-k-eff gain on the validation users (the crowd model of the first seed); when the two are within
-`step_size_tie` of each other, the higher gain on the validation users planted at
-`planted_dose_star` (`planted`) decides; when that ties too, "continued" (the nearer reading of
-"the same configuration"). The other reading runs on the test users for the sensitivity table."""
+RULE, fixed before any test run: the main rows use the reading with the higher median top-k-eff
+gain (personalized minus global, in points as `planted`'s) on the validation users (the crowd model
+of the first seed); when the two are within `step_size_tie` of each other, the higher gain on the
+validation users planted at `planted_dose_star` (`planted`) decides; when that ties too,
+"continued" (the nearer reading of "the same configuration"). The other reading runs on the test
+users for the sensitivity table."""
 
 from __future__ import annotations
 
@@ -60,14 +61,14 @@ def _validation(params, corpus, models, reading: str, dose: float) -> dict:
         before = personal.score_weights(start, test)["top_k_eff"]
         rng, rates = streams.rng(params.seed, f"step-size/{user}"), schedules(params, models, reading)(params.seed)
         after = personal.train((fit, test), start, params, rng, held=held, schedule=rates)[0]
-        gains.append(after["top_k_eff"] / before - 1)
+        gains.append(after["top_k_eff"] - before)
         kept.append(after["kept_epoch"])
     first_rates = [schedules(params, models, reading)(params.seed)(e) for e in range(1, params.personal_epochs + 1)]
     return {
         "reading": reading,
         "dose": dose,
         "rates": ", ".join(f"{r:g}" for r in first_rates),
-        "median_gain_on_validation_users": float(np.median(gains)),
+        "median_gain_points": float(np.median(gains)),
         "kept_epoch_0": float(np.mean(np.asarray(kept) == 0)),
         "median_kept_epoch": float(np.median(kept)),
     }
@@ -78,7 +79,7 @@ def select(params, corpus, models: common.GlobalModels, log=print) -> tuple[str,
     choice and the table (one row per reading and dose, the chosen reading marked)."""
     doses = (0.0, params.planted_dose_star)
     table = pd.DataFrame([_validation(params, corpus, models, r, d) for r in READINGS for d in doses])
-    gain = table.pivot(index="reading", columns="dose", values="median_gain_on_validation_users")
+    gain = table.pivot(index="reading", columns="dose", values="median_gain_points")
     chosen = choose(gain[0.0].to_dict(), gain[params.planted_dose_star].to_dict(), params.step_size_tie)
     log(f"step size: {chosen} (validation users: {gain.round(4).to_dict()})")
     return chosen, table.assign(chosen=table.reading == chosen)
