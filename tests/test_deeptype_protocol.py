@@ -59,8 +59,8 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     corpus, models = setup
     params = params_of(top3_exp, sgd_lr_grid=(0.0789,), adam_lr_grid=())
     corpora, both = {"crowd": corpus, "far": corpus}, {"crowd": models, "far": models}
-    rows = top3_exp.personalize(params, corpora, both, None, log=lambda _: None)
-    rows += top3_exp.control(params, corpora, both, rows, log=lambda _: None)
+    rows = top3_exp.personalize(params, corpora, both, None, "continued", log=lambda _: None)
+    rows += top3_exp.control(params, corpora, both, "continued", log=lambda _: None)
     assert created and set(created) == {MINE}
     created.clear()
     top3_exp.select_personal(params, corpora, both, log=lambda _: None)  # the tuned deviation: its candidates

@@ -51,16 +51,18 @@ def personalize(
     log=None,
     label: str = "",
     held=None,
+    schedule=None,
 ) -> History:
     """Incremental training: start from the global weights with a fresh optimizer state and train
     on the user's data at `personal_batch_size`. With `held` (the last part of the user's training
     lines, `Corpus.personal_parts`), up to `personal_epochs` until its loss has not fallen for
     `personal_patience` epochs; the epoch with the lowest loss is kept, the start (epoch 0, the
     global weights) included. Without, exactly `personal_epochs`. `evaluate` adds its own values to
-    every epoch's row."""
+    every epoch's row. `schedule(epoch)` sets each epoch's rate (`step_size`); None: `personal_learning_rate`."""
     trainer.reset(global_weights)
+    args = (params.personal_epochs, params.personal_batch_size, rng, log, label)
     if held is None:
-        return trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, evaluate)
+        return trainer.fit(data, *args, evaluate, schedule=schedule)
     task = trainer.task
 
     def scored(model) -> dict:
@@ -68,7 +70,7 @@ def personalize(
         return {"holdout_loss": loss, **(evaluate(model) if evaluate else {})}
 
     stop, start = Plateau(params.personal_patience, 0.0), scored(trainer.model)
-    history = trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, scored, stop)
+    history = trainer.fit(data, *args, scored, stop, schedule=schedule)
     kept = history[history.best_epoch - 1]["holdout_loss"] if history else np.inf
     if start["holdout_loss"] <= kept:  # no epoch beat the start: the global model stays
         trainer.model.set_weights(global_weights)
@@ -123,11 +125,12 @@ class Personal:
         self.model.set_weights(weights)
         return self.score(self.model, test)
 
-    def train(self, data, start: list[np.ndarray], params, rng, each_epoch: bool = False, held=None) -> list[dict]:
+    def train(self, data, start, params, rng, each_epoch: bool = False, held=None, schedule=None) -> list[dict]:
         """`personalize` from `start` on a user's (train, test), with `held` stopping it: the
         scores on the test lines, the steps to the epoch kept (`kept_epoch`) and all steps run
         (`steps_run`), the seconds, the mean relative shift of the softmax rows (typed or not) and
-        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch."""
+        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch.
+        `schedule`: each epoch's learning rate (`step_size`), else the constant personal rate."""
         (train, test), w0 = data, start[self._softmax]
         seen = np.setdiff1d(np.unique(train.labels), [0, 1])
         rows = {"seen": seen, "unseen": np.setdiff1d(np.arange(2, w0.shape[1]), seen)}
@@ -137,7 +140,7 @@ class Personal:
             return {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
 
         each = (lambda model: {**self.score(model, test), **shifts(model)}) if each_epoch else None
-        history = personalize(self.trainer(params), start, train, params, rng, each, held=held)
+        history = personalize(self.trainer(params), start, train, params, rng, each, held=held, schedule=schedule)
         steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
         done = [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
         if each_epoch:

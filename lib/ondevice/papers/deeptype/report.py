@@ -290,6 +290,20 @@ def plot_online(curve: pd.DataFrame, last_fraction: float, k: int):
     return _finish(fig, ax)
 
 
+def plot_planted(curve: pd.DataFrame, dose_star: float, k: int):
+    """The planted-signal control: personalization's gain against the dose, with 95% intervals."""
+    plt, _ = _plt()
+    t = curve.sort_values("dose")
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    err = [t.gain - t["ci low"], t["ci high"] - t.gain]
+    ax.errorbar(t.dose, t.gain, yerr=err, marker="o", color=RED, capsize=4, label="personalized - global")
+    ax.axhline(0, color="0.6", lw=1, ls="--")
+    ax.axvline(dose_star, color=GREY, lw=1, ls=":", label=f"dose fixed beforehand ({dose_star:g})")
+    ax.set(xlabel="dose: share of the user's lines with its habit", ylabel=f"top-{k}-eff gain (absolute)")
+    ax.set_title("Planted personal habit: gain from personalization")
+    return _finish(fig, ax)
+
+
 def personal_curves(rows: list[dict]) -> pd.DataFrame:
     """The loss on each user's held-out training lines per personal epoch (0: the start)."""
     keys = ("seed", "user", "condition")

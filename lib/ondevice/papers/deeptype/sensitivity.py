@@ -14,7 +14,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data import per_user_text
-from ondevice.papers.deeptype import common, protocol, report
+from ondevice.papers.deeptype import common, protocol, report, step_size
 from ondevice.report import claims
 
 # id -> (what is switched back to the suite's earlier protocol, the fields that do it) (issue 22)
@@ -41,29 +41,33 @@ SWITCHES = {
 CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
 
 
-def effect_rows(params, name: str, corpus: per_user_text.Corpus, models: common.GlobalModels, log=print) -> list[dict]:
-    """Per seed and test user: top-k-eff of the crowd global model and of its personalized model."""
+def effect_rows(
+    params, name: str, corpus: per_user_text.Corpus, models: common.GlobalModels, reading, log=print
+) -> list:
+    """Per seed and test user: top-k-eff of the crowd global model and of its personalized model, at
+    the step-size `reading` (`step_size`; None: the constant `personal_learning_rate`)."""
     personal, rows = protocol.Personal(params, models.model), []
     for seed in params.seed_list:
-        start = models.weights[seed]
+        start, rates = models.weights[seed], step_size.schedules(params, models, reading)(seed) if reading else None
         for user in corpus.split.test:
             fit, held, test = corpus.personal_parts(user, params)
             rng = streams.rng(seed, f"personal/{user}")
             before = personal.score_weights(start, test)["top_k_eff"]
-            after = personal.train((fit, test), start, params, rng, held=held)[0]
+            after = personal.train((fit, test), start, params, rng, held=held, schedule=rates)[0]
             rows.append(dict(protocol=name, seed=seed, user=user, top_k_eff_global=before, **after))
         log(f"sensitivity, {name}, seed {seed}: {len(corpus.split.test)} users personalized")
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def switched(params, base: per_user_text.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
-    """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds)."""
+def switched(params, base: per_user_text.Corpus, reading=None, log=print) -> tuple[list[dict], pd.DataFrame]:
+    """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds);
+    personal training at the main step-size `reading`, from each switched global model's kept epoch."""
     rows, costs = [], []
     for name, change in (SWITCHES[s] for s in params.sensitivity):
         p, started = dataclasses.replace(params, **change), time.perf_counter()
         corpus = per_user_text.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
         models = common.train_global(p, corpus, log)
-        rows += effect_rows(p, name, corpus, models, log)
+        rows += effect_rows(p, name, corpus, models, reading, log)
         trained = [not e.hit for e in models.unique().values()]
         costs.append({"switched back": name, "from_cache": not any(trained), **_words(corpus)})
         costs[-1]["seconds"] = time.perf_counter() - started
@@ -74,7 +78,7 @@ def _words(corpus: per_user_text.Corpus) -> dict:
     return {"crowd_words": sum(map(len, corpus.crowd)), "crowd_users": len(corpus.split.crowd)}
 
 
-def _from_rows(users: pd.DataFrame, before: str, after: str, name: str) -> pd.DataFrame:
+def from_rows(users: pd.DataFrame, before: str, after: str, name: str) -> pd.DataFrame:
     """Per seed and user, the main rows' `before` and `after` top-k-eff as one protocol's rows."""
     d = users[users.condition.isin([before, after])]
     kept = d[d.condition == after].set_index(["seed", "user"]).kept_epoch
@@ -86,8 +90,8 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
     """The effect of personalization per protocol: this one (from the main rows: `before` ->
     `after` conditions), each switched back, and each (name, condition) of `also` (e.g. the
     validation users' choice), with its paired interval over users."""
-    frames = [_from_rows(users, before, after, current), pd.DataFrame(switched_rows)]
-    frames += [_from_rows(users, before, condition, name) for name, condition in also]
+    frames = [from_rows(users, before, after, current), pd.DataFrame(switched_rows)]
+    frames += [from_rows(users, before, condition, name) for name, condition in also]
     both, out = pd.concat(frames, ignore_index=True), []
     for name, d in both.groupby("protocol", sort=False):
         first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
@@ -97,15 +101,20 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
 
 
 # main-row conditions shown beside the switches: the validation users' choice (top-3-eff's tuned row)
-BESIDE = (("validation choice", "crowd global + personal, tuned (deviation)"),)
+# and the step-size reading the validation users did not prefer
+BESIDE = (
+    ("validation choice", "crowd global + personal, tuned (deviation)"),
+    ("other step-size reading", "crowd global + personal, other step-size reading"),  # `step_size`
+)
 
 
-def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE) -> dict:
+def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE, reading=None) -> dict:
     """The sensitivity table and what its switched-back runs cost, as tables of the result; `also`:
-    (name, condition) pairs of the main rows shown beside them when the run has that condition."""
+    (name, condition) pairs of the main rows shown beside them when the run has that condition;
+    `reading`: the main rows' personal step size (`step_size`), which the switched runs use too."""
     if not params.sensitivity:
         return {}
-    switched_rows, costs = switched(params, corpora["crowd"], log)
+    switched_rows, costs = switched(params, corpora["crowd"], reading, log)
     users, rng = report.rows_table(rows), streams.rng(params.seed, "bootstrap/sensitivity")
     present = [(n, c) for n, c in also if (users.condition == c).any()]
     effects = table(users, switched_rows, "this protocol", before, after, params, rng, present)
