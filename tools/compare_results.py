@@ -1,4 +1,4 @@
-"""Compare two results trees table by table, ignoring what depends on the clock.
+"""Compare two results trees table by table, and run.json number by number, ignoring what depends on the clock.
 
     python tools/compare_results.py results/smoke OTHER/results/smoke [--notebook NAME ...]
 
@@ -7,11 +7,15 @@ whose name says time (seconds, time, steps/s, throughput, speed-up, ratio of tim
 model cache's provenance columns (`key`: a hash that includes the code; `from_cache`: whether this
 run trained the model or an earlier one did) are left out. Columns present on one side only are
 listed as layout changes; the shared columns are compared. Exits 1 and lists the first difference
-per column when a value differs beyond --rtol (default 0: bit-identical)."""
+per column when a value differs beyond --rtol (default 0: bit-identical). Each run.json is compared
+value by value (every number, string and list) except where the run's clock, machine or code
+speaks: the creation and start dates, wall times, the environment, git state, fingerprints and
+cache provenance (keys matching the clock pattern above, or in RUN_PROVENANCE)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -26,6 +30,34 @@ CLOCK = re.compile(
 
 
 PROVENANCE = {"key", "from_cache"}
+RUN_PROVENANCE = re.compile(
+    r"^(created_at|started_at|environment|git|commit|dirty|fingerprint|key|at_once|executed_by|.*from_cache.*)$"
+)
+
+
+def _leaves(doc, path: str = ""):
+    """(path, value) of every leaf of a JSON document, skipping provenance and clock keys."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if not (RUN_PROVENANCE.match(str(k)) or CLOCK.search(str(k))):
+                yield from _leaves(v, f"{path}/{k}")
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, doc
+
+
+def compare_runs(a: Path, b: Path, rtol: float) -> list[str]:
+    """Every number and string of two run.json files, path by path."""
+    la, lb = (dict(_leaves(json.loads(p.read_text()))) for p in (a, b))
+    out = [f"run.json: {k} on one side only" for k in sorted(set(la) ^ set(lb))]
+    for k in [k for k in la if k in lb]:
+        x, y = la[k], lb[k]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+        if not (x == y or numbers and (math.isnan(x) and math.isnan(y) or math.isclose(x, y, rel_tol=rtol))):
+            out.append(f"run.json: {k}: {x!r} vs {y!r}")
+    return out
 
 
 def compare_tables(a: Path, b: Path, rtol: float, layout: list[str]) -> list[str]:
@@ -73,7 +105,18 @@ def main(argv=None) -> int:
                 before = len(layout)
                 failures += [f"{name}/{d}" for d in compare_tables(csv, tb / csv.name, args.rtol, layout)]
                 layout[before:] = [f"{name}/{d}" for d in layout[before:]]
-    print(f"{checked} tables compared over {len(names)} notebooks; {len(failures)} differences in values")
+        if (args.before / name / "run.json").is_file():
+            if (args.after / name / "run.json").is_file():
+                failures += [
+                    f"{name}/{d}"
+                    for d in compare_runs(args.before / name / "run.json", args.after / name / "run.json", args.rtol)
+                ]
+            else:
+                failures.append(f"{name}: no run.json in {args.after / name}")
+    print(
+        f"{checked} tables and the run.json files compared over {len(names)} notebooks; "
+        f"{len(failures)} differences in values"
+    )
     for f in failures:
         print("  " + f)
     for change in layout:
