@@ -321,6 +321,10 @@ def test_a_diagnosis_carries_its_kind_and_the_count_of_rows_ours_to_fix_reads_it
     counts = claims.kind_counts(rows)
     assert counts["data"] == 1 and counts["open"] == 1 and counts["unexplained"] == 1 and counts["scale"] == 0
     assert counts["ours to fix"] == 2
+    assert claims.kinds_text(rows) == (
+        "**2 of 3 flagged rows are ours to fix** (1 with an open diagnosis, 1 unexplained); the others name a cause "
+        "outside our implementation: data 1."
+    )
     # as publish reads effects.csv: empty cells come back as NaN, an old table has no kind column (open)
     stored = pd.read_csv(io.StringIO(effects.drop(columns="diagnosis kind").to_csv(index=False))).to_dict("records")
     assert claims.kind_counts(stored)["ours to fix"] == 3

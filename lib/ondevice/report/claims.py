@@ -137,6 +137,17 @@ def kind_counts(rows) -> dict[str, int]:
     return counts | {"ours to fix": counts[Kind.OPEN.value] + counts["unexplained"]}
 
 
+def kinds_text(rows) -> str:
+    """SUMMARY.md's line on the flagged rows (`kind_counts`): how many are ours to fix, and where the
+    others' causes lie. For publish to render under the effects table."""
+    counts = kind_counts(rows)
+    flagged = sum(v for k, v in counts.items() if k != "ours to fix")
+    outside = [f"{k.value} {counts[k.value]}" for k in Kind if k is not Kind.OPEN and counts[k.value]]
+    text = f"**{counts['ours to fix']} of {flagged} flagged rows are ours to fix** ({counts['open']} with an open "
+    text += f"diagnosis, {counts['unexplained']} unexplained)"
+    return text + (f"; the others name a cause outside our implementation: {', '.join(outside)}." if outside else ".")
+
+
 def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:
     """The paper's numbers beside ours (never instead of them)."""
     missing = [n.quantity for n in paper.numbers if n.quantity not in ours]

@@ -79,7 +79,9 @@ class Conclusion:
     def __init__(self, name: str, params, paper: claims.Paper | None = None):
         self.name, self.params, self.paper = name, params, paper
         self.headline: dict[str, dict] = {}
-        self.tables: dict[str, pd.DataFrame] = {}  # the builder's: headline, paper_vs_ours, effects
+        # the builder's tables: headline, paper_vs_ours, effects; an experiment may replace one, e.g. a
+        # headline whose columns say they hold timings
+        self.tables: dict[str, pd.DataFrame] = {}
 
     def headlines(self, per_seed: Mapping, resolution: Mapping | None = None) -> dict[str, dict]:
         """Headline numbers from their per-seed values (`claims.headline`), each with the tolerance a
