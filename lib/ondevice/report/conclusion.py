@@ -15,8 +15,10 @@ says only what it measured and which claim each measurement answers:
         return c.result({"users": users}, manifests, STAND_IN, wall_time_s, seeds=params.seed_list)
 
 Effects the paper's numbers do not pair (`claims.effects_table` needs both of an effect's numbers)
-are rows from `effect_row` given to `effect_rows`; a diagnosis found after the bootstrap goes in
-with `diagnosed`.
+are rows from `effect_row` given to `effect_rows`, each with `diagnosed`; a diagnosis that needs the
+finished table (the audit's flag) goes in with `diagnose`. A diagnosis names its kind: data, scale,
+hardware or the paper read two ways only for a measured cause outside our implementation; left
+open, the row counts as ours to fix in SUMMARY.md (`claims.kind_counts`).
 """
 
 from __future__ import annotations
