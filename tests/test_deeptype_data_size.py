@@ -115,9 +115,12 @@ def test_a_flagged_size_effect_is_diagnosed_with_kept_epochs_and_the_baseline():
         f"{exp.BASELINE} on the same words 0.300 -> 0.310 (+3.3%); the LSTM on 50 words 0.432 against the "
         f"{exp.BASELINE}'s 0.300"
     )
-    assert table.section[1] == exp.SECTION
-    assert "10 words kept epoch 13 of 13 (epoch cap)" in exp.diagnosis(
-        {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}, stops, base, _points(), 10, 50
+    assert table.section[1] == exp.SECTION and table["diagnosis kind"].tolist() == ["", "open"]
+    assert (
+        "10 words kept epoch 13 of 13 (epoch cap)"
+        in exp.diagnosis(
+            {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}, stops, base, _points(), 10, 50
+        ).text
     )
 
 

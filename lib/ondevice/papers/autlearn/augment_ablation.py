@@ -23,7 +23,7 @@ from ondevice import streams
 from ondevice.papers.autlearn import augment_choice, protocol
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import image_augment
-from ondevice.report import claims
+from ondevice.report import claims, conclusion
 
 SECTION = "A3: generated samples or extra steps (MobileNet and LSTM)"
 ORIGINAL, COPIES, GENERATED = "original images only", "with copies of the originals", "with generated images"
@@ -184,14 +184,15 @@ def diagnosis(params, summary: pd.DataFrame) -> claims.Diagnosis | None:
 
 def diagnose(params, effects: pd.DataFrame, claim: dict[str, str], summary: pd.DataFrame) -> pd.DataFrame:
     """`effects` with diagnosis and section columns, filled for each model's augmentation claim
-    (`claim`: model name -> claim) when its diagnosis gives one; `summary` has a model column."""
+    (`claim`: model name -> claim) when its diagnosis gives one; `summary` has a model column. Both
+    diagnoses are open: they measure what our augmentation does, not a cause outside it."""
     image, text = (summary[summary.model == MODEL_NAMES[k]] for k in ("image", "text"))
     why = {
         MODEL_NAMES["image"]: diagnosis(params, image),
         MODEL_NAMES["text"]: text_diagnosis(text) if len(text) else None,
     }
-    out = effects.assign(diagnosis="", section="")
+    out = effects.assign(**claims.NO_DIAGNOSIS)
     for model, d in why.items():
         if d is not None:
-            out.loc[out.effect == claim[model], ["diagnosis", "section"]] = [d.text, d.section]
+            out = conclusion.diagnose(out, claim[model], d)
     return out

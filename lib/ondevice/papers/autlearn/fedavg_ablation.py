@@ -86,7 +86,7 @@ def table(users: pd.DataFrame, paper: claims.Paper, cloud: str, fedavg: str, see
 
 def diagnoses(ablation: pd.DataFrame) -> dict[str, claims.Diagnosis]:
     """CLAIM of each model whose shuffled-clients row agrees with the paper (the module's rule) -> its
-    diagnosis; none for the others."""
+    diagnosis, whose cause is the data (the users' non-IID split); none for the others."""
     out = {}
     for model, g in ablation.groupby("model", sort=False):
         users, shuffled = (g[g.clients.str.startswith(c)].iloc[0] for c in ("users", "shuffled"))
@@ -95,5 +95,5 @@ def diagnoses(ablation: pd.DataFrame) -> dict[str, claims.Diagnosis]:
         change = lambda r: f"{r[ADVANTAGE]:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"  # noqa: E731
         text = "the users' non-IID data: with shuffled clients (the same data and client sizes) CloudTrain beats "
         text += f"FedAvg by {change(shuffled)}, with users as clients {change(users)} (first seed)"
-        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION)
+        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION, claims.Kind.DATA)
     return out

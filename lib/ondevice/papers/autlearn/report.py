@@ -1,6 +1,6 @@
-"""How the AutLearn experiments report: (seeds, users) matrices for paired effects, effect rows for
-claims without a table in paper.toml, the run record, the tables and claims particular to one
-experiment (named in each docstring), and the notebooks' figures (one style)."""
+"""How the AutLearn experiments report (their conclusions go through `report.conclusion`): the
+verdicts' text, the tables and claims particular to one experiment (named in each docstring), and
+the notebooks' figures (one style)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,11 @@ from ondevice.data.device_traces import AUTONOMOUS, CHARGING, CONDITIONS, FEDERA
 from ondevice.device.energy.base import MODELLED
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
-from ondevice.report import claims, facts, record
+from ondevice.report import claims, facts
+from ondevice.report.conclusion import wide
 
 COLOURS = {AUTONOMOUS: "#00798c", FEDERATED: "#d1495b", CHARGING: "#8c8c8c"}
 RED = "#d1495b"
-
-
-def wide(table: pd.DataFrame, value: str, **where) -> np.ndarray:
-    """One measurement of the rows matching `where` as (seeds, users), users sorted (one row when
-    the table has no seed column): what a paired effect compares."""
-    sel = table[np.logical_and.reduce([table[k] == v for k, v in where.items()])] if where else table
-    sel = sel if "seed" in sel else sel.assign(seed=0)
-    return sel.pivot(index="seed", columns="user", values=value).sort_index(axis=1).to_numpy(float)
-
-
-def effect_row(effect: str, paper_change: float, better, worse, rng, n_boot: int, **extra) -> dict:
-    """A claim's row as `claims.effects_table` writes it (for claims whose paper change is no
-    ratio of two paper numbers): our relative change of the mean over users with its paired bootstrap
-    interval, `extra` columns after the interval."""
-    r = claims.paired_effect(better, worse, rng, n_boot=n_boot, statistic="mean")
-    interval = {"our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"]}
-    counts = ("users", "seeds", "users improved", "users worse", "sign test p", "verdict")
-    rest = {k: r[k.replace(" ", "_")] for k in counts}
-    return {"effect": effect, "paper change": paper_change, **interval, **extra, **rest, "level": 0.95}
 
 
 def verdicts(effects: pd.DataFrame, without_number: str) -> str:
@@ -50,22 +32,6 @@ def verdicts(effects: pd.DataFrame, without_number: str) -> str:
             f"{row['users']} users x {row['seeds']} seed(s); {without_number})."
         )
     return "\n".join(lines)
-
-
-def result(name: str, params, tables: dict, headline: dict, data: list, stand_in, wall_time_s, artifacts=None, **notes):
-    """The run's record, with the headline table among the tables."""
-    tables = {**tables, "headline": claims.headline_table(headline)}
-    return record.Result(
-        name,
-        params.to_dict(),
-        tables,
-        data,
-        stand_in,
-        wall_time_s,
-        notes=notes,
-        headline=headline,
-        artifacts=artifacts or {},
-    )
 
 
 def rate_notes(params, text, images) -> dict:

@@ -16,6 +16,8 @@ from ondevice import streams
 from ondevice.data import per_user_text
 from ondevice.papers.deeptype import common, protocol, report, step_size
 from ondevice.report import claims
+from ondevice.report.conclusion import diagnose as with_diagnosis
+from ondevice.report.conclusion import effect_row, wide
 
 # id -> (what is switched back to the suite's earlier protocol, the fields that do it) (issue 22)
 SWITCHES = {
@@ -95,7 +97,7 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
     both, out = pd.concat(frames, ignore_index=True), []
     for name, d in both.groupby("protocol", sort=False):
         first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
-        row = report.effect(report.wide(d), report.wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
+        row = effect_row(first, wide(d, "top_k_eff"), wide(d, "top_k_eff_global"), rng, params.bootstrap)
         out.append({**row, "median_kept_epoch": float(np.median(d["kept_epoch"]))})
     return pd.DataFrame(out)
 
@@ -156,8 +158,8 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
     kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines),
     the median change of those that trained against their global model, and, for the crowd, the
     effect with each choice switched back (`table`)."""
-    effects, switched = effects.copy(), (more or {}).get("sensitivity")
-    for i, row in effects.iterrows():
+    switched = (more or {}).get("sensitivity")
+    for _, row in effects.iterrows():
         condition = next((c for phrase, c in PERSONALIZED.items() if phrase in row.effect), None)
         flagged = claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) == "unexplained"
         if condition is None or not flagged:
@@ -174,5 +176,5 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
                 f"{r.protocol} {r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
                 for _, r in switched.iloc[1:].iterrows()
             )
-        effects.loc[i, ["diagnosis", "section"]] = [line, SECTION]
+        effects = with_diagnosis(effects, row.effect, claims.Diagnosis(line, SECTION, claims.Kind.OPEN))
     return effects

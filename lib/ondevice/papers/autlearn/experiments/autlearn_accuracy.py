@@ -33,7 +33,8 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, fedavg_baseline, protocol, report
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion, effect_row, wide
 from ondevice.training.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
@@ -225,7 +226,7 @@ users_table = pd.DataFrame  # one row per (kind, seed, user, method)
 
 
 def _matrix(users: pd.DataFrame, kind: str, method: str, column: str = "top1") -> np.ndarray:  # (seeds, users)
-    return report.wide(users, column, kind=kind, method=method)
+    return wide(users, column, kind=kind, method=method)
 
 
 def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
@@ -236,19 +237,22 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     """Tables, the paper's relative numbers beside ours, and paired three-way verdicts."""
     users, rng = users_table(rows), streams.rng(params.seed, "bootstrap")
     means = {(MODELS[k], m): _matrix(users, k, m).mean(axis=1) for k in MODELS for m in METHODS}  # per seed
-    headline = {f"{model}: {method} mean top-1": claims.headline(v.tolist()) for (model, method), v in means.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines({f"{model}: {method} mean top-1": v for (model, method), v in means.items()})
     ratio = lambda k, m: float(np.mean(means[MODELS[k], m] / means[MODELS[k], CLOUD]))
-    ours = {n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers}
     matrices = lambda *qs: tuple(_matrix(users, *kind_method(q)) for q in qs)
     measured = {e.claim: matrices(e.better, e.worse) for e in PAPER.effects}
     fed_rng = streams.rng(params.seed, "bootstrap/fedavg-ablation")
     ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, params.bootstrap)
     why = fedavg_ablation.diagnoses(ablation)
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
+    effects = c.effects(measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
+    boots, nan = params.bootstrap, {"paper change": np.nan}
     ordering = [
-        report.effect_row(c, np.nan, _matrix(users, k, b), _matrix(users, k, w), rng, params.bootstrap)
-        for c, k, b, w in ORDERINGS
+        effect_row({"effect": e, **nan}, _matrix(users, k, b), _matrix(users, k, w), rng, boots, "mean")
+        for e, k, b, w in ORDERINGS
     ]
+    c.effect_rows(pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True))
+    c.paper_vs_ours({n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers})  # every one a ratio
     data = [text.table().drop(columns="public_words"), images.table().drop(columns="writers_read")]
     tables = {
         "users": users,
@@ -257,8 +261,6 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "stopping": report.stopping_table(pd.DataFrame(history)),
         "data": pd.concat(data, ignore_index=True),
         "pretraining": common.pretraining_table(pre),
-        "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
-        "effects": pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True),
         "rate_selection": rates,
         "fedavg_ablation": ablation,
         "fedavg_control": fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED),
@@ -273,7 +275,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     notes |= dict(pretrained_lstm_from_cache={s: p.from_cache for s, p in pre["text"].items()})
     users_json = {"users.json": {"text": list(text.users), "image": list(images.users)}}
     notes |= report.rate_notes(params, text, images)
-    return report.result(NAME, params, tables, headline, data_summaries, None, wall_time_s, users_json, **notes)
+    return c.result(tables, data_summaries, None, wall_time_s, artifacts=users_json, **notes)
 
 
 def verdicts(effects: pd.DataFrame) -> str:

@@ -35,9 +35,9 @@ from ondevice.data import femnist, wordnet
 from ondevice.data.typing_samples import build_samples
 from ondevice.papers.autlearn import augment_ablation, cloud_baselines, common, online_learning, protocol, report
 from ondevice.papers.autlearn.augment_choice import augmenter, check_strength, choose_strength
-from ondevice.papers.autlearn.report import plot_augmentation, plot_curve  # noqa: F401  (the notebook's figures)
 from ondevice.papers.autlearn.techniques import eda, image_augment
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion, effect_row, wide
 
 NAME = "autlearn_augment_online"
 MODELS = common.MODEL_NAMES
@@ -247,10 +247,11 @@ def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> tu
     for (technique, kind, part), (claim, quantity) in CLAIMS.items():
         table, column, *pair = sources[technique]
         value = "top1" if technique == "augmentation" else f"top1_{part}"
-        better, worse = (report.wide(table, value, model=MODELS[kind], **{column: c}) for c in pair)
+        better, worse = (wide(table, value, model=MODELS[kind], **{column: c}) for c in pair)
         rng = streams.rng(params.seed, f"bootstrap/{technique}/{kind}/{part}")
         absolute = {"absolute change of the mean": float(better.mean() - worse.mean())}
-        rows.append(report.effect_row(claim, numbers.get(quantity, np.nan), better, worse, rng, n_boot, **absolute))
+        first = {"effect": claim, "paper change": numbers.get(quantity, np.nan)}
+        rows.append(effect_row(first, better, worse, rng, n_boot, "mean", absolute))
         per_seed[claim] = list(better.mean(axis=1) / worse.mean(axis=1) - 1)
     return pd.DataFrame(rows), per_seed
 
@@ -261,21 +262,19 @@ def conclude(
     """Tables, headline numbers over seeds, the paper's numbers beside ours, the verdicts and the diagnoses."""
     eff, per_seed = effects(params, augmented, online)
     claim = {MODELS[k]: CLAIMS[("augmentation", k, "test")][0] for k in MODELS}
-    eff = augment_ablation.diagnose(params, eff, claim, ablation)
-    ours = {q: float(eff.loc[eff.effect == c, "our change"].iloc[0]) for (_, _, part), (c, q) in CLAIMS.items() if q}
-    headline = {q: claims.headline(list(map(float, per_seed[c]))) for (_, _, _), (c, q) in CLAIMS.items() if q}
+    c = Conclusion(NAME, params, PAPER)
+    eff = c.effect_rows(augment_ablation.diagnose(params, eff, claim, ablation))
+    c.headlines({q: per_seed[e] for (_, _, _), (e, q) in CLAIMS.items() if q})
+    c.paper_vs_ours({q: float(eff.loc[eff.effect == e, "our change"].iloc[0]) for _, (e, q) in CLAIMS.items() if q})
     tables = dict(data=data.table(), eda_examples=examples, augmentation=augmented, online=online, curve=curve)
     tables |= dict(online_image_selection=image_selection, summary=report.augment_online_summary(augmented, online))
-    tables |= dict(
-        pretraining=common.pretraining_table(models), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff
-    )
-    tables |= dict(rate_selection=rates, augmentation_ablation=ablation)
+    tables |= dict(pretraining=common.pretraining_table(models), rate_selection=rates, augmentation_ablation=ablation)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest, data.wordnet_manifest)]
     notes = dict(text_users=list(data.text.users), image_users=list(data.images.users), **image_notes)
     cached = {s: m.from_cache for s, m in models["text"].items()}
     notes |= dict(pretrained_lstm_from_cache=cached, femnist_classes=femnist.CLASSES, seeds=params.seed_list)
     notes |= report.rate_notes(params, data.text, data.images)
-    return report.result(NAME, params, tables, headline, manifests, STAND_IN, wall_time_s, **notes)
+    return c.result(tables, manifests, STAND_IN, wall_time_s, **notes)
 
 
 def verdict_text(result: record.Result) -> str:

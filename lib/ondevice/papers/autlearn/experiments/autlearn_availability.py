@@ -42,15 +42,14 @@ from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a st
 from ondevice.device import availability as av
 from ondevice.device import tflite
 from ondevice.papers.autlearn import costs, traces
-from ondevice.papers.autlearn.costs import fine_tune_time_ratio, host_times, phone_times  # noqa: F401  (stages)
-from ondevice.papers.autlearn.report import (  # noqa: F401  (the notebook's tables and figures)
+from ondevice.papers.autlearn.costs import fine_tune_time_ratio, host_times, phone_times
+from ondevice.papers.autlearn.report import (
     availability_summary,
     finish_summary,
-    plot_availability,
-    plot_finish,
 )
-from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep  # noqa: F401
+from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.fine_tune import FineTune
@@ -167,37 +166,39 @@ def conclude(
     auto = AUTONOMOUS if AUTONOMOUS in trace.conditions else CHARGING  # FedScale: charging bounds both
     fed = FEDERATED if FEDERATED in trace.conditions else CHARGING
     median = lambda condition: float(minutes[minutes.condition == condition].minutes_per_day.median())
-    ours = dict(zip((n.quantity for n in PAPER.numbers), (median(auto), median(fed), within[auto])))
+    c = Conclusion(NAME, params, PAPER)
     wide = minutes.pivot(index="device", columns="condition", values="minutes_per_day")
     pairs = {CLAIM: (wide[auto].to_numpy(), wide[fed].to_numpy())}
-    why = {CLAIM: claims.Diagnosis(traces.wifi_diagnosis(sweep), traces.HABIT_SECTION)} if len(sweep) else {}
-    rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=why)
+    habit = claims.Diagnosis(traces.wifi_diagnosis(sweep), traces.HABIT_SECTION, claims.Kind.DATA)  # the trace's
+    c.effects(
+        pairs,
+        streams.rng(params.seed, "bootstrap"),
+        n_boot=params.bootstrap,
+        diagnoses={CLAIM: habit} if len(sweep) else {},
+    )
     share = f"share finishing within {params.horizon_hours:g} h, autonomous, {params.variant}, "
     share += f"{params.personal_epochs} epochs"
-    resumed = float(resume.value.iloc[0])
-    headline = {
-        "median minutes per day, autonomous": claims.headline([median(auto)], 1.0),
-        "median minutes per day, federated": claims.headline([median(fed)], 1.0),
-        share: claims.headline([within[auto]], max(0.02, 1 / len(trace.devices))),
-        "interrupted vs uninterrupted training, max |weight difference|": claims.headline([resumed], 1e-6),
+    minutes_a_day = {
+        "median minutes per day, autonomous": [median(auto)],
+        "median minutes per day, federated": [median(fed)],
     }
+    c.headlines(minutes_a_day, dict.fromkeys(minutes_a_day, 1.0))
+    c.headlines({share: [within[auto]]}, {share: max(0.02, 1 / len(trace.devices))})
+    resumed = "interrupted vs uninterrupted training, max |weight difference|"
+    c.headlines({resumed: [float(resume.value.iloc[0])]}, {resumed: 1e-6})
+    c.paper_vs_ours(dict(zip((n.quantity for n in PAPER.numbers), (median(auto), median(fed), within[auto]))))
     stand_in = "; ".join(s for s in (trace.data["stand_in_for"], corpus.manifest.stand_in_for) if s)
     tables = dict(trace=trace.table(), minutes_per_day=minutes, availability=availability_summary(minutes))
     tables |= {"wifi_sweep": sweep} if len(sweep) else {}
     tables |= dict(layer_time_fit=fit, host_times=host, phone_times=phones, resume_check=resume)
     tables |= dict(finish_per_device=finish, finish_within_day=finish_summary(params, finish))
-    tables |= dict(headline=claims.headline_table(headline), paper_vs_ours=claims.paper_vs_ours(PAPER, ours))
-    tables |= dict(effects=effects)
     artifacts = {"split.json": corpus.split.to_dict(), **{f"device_profile_{p}.json": d for p, d in profiles.items()}}
     data = [trace.data, corpus.manifest.summary(), manifests.load(av.MANIFEST).summary()]
     flash = "extrapolated from FLASH's per-layer DL4J training times"
     notes = dict(trace=trace.source, synthetic_trace=trace.synthetic, conditions=list(trace.conditions))
     notes |= dict(host_time=params.host_time, fine_tune_time_ratio=fine_tune_time_ratio(host))
     notes |= dict(test_users=list(corpus.split.test), phone_times=flash, split_digest=corpus.split.digest)
-    return record.Result(
-        NAME, params.to_dict(), tables, data, stand_in, wall_time_s, notes=notes, headline=headline, artifacts=artifacts
-    )
+    return c.result(tables, data, stand_in, wall_time_s, artifacts=artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:

@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.device import tflite
 from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype import table2 as t2m
-from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
-from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tables and figure)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype.table2 import (
     LABEL,
     NAME,
     PAPER,
@@ -34,15 +34,13 @@ from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tab
     TABLE2,
     VARIANTS,
     bucketing_table,
-    displayed,
-    log_timing,
     median,
-    plot_table2,
     table2,
     wide,
 )
 from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.report import claims, record
+from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
 from ondevice.training import bucketing as bk
 from ondevice.training.trainer import StepTimer
@@ -207,8 +205,9 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     per_seed = {"top-k-eff, personal model (baseline)": base_eff}
     per_seed["top-k-eff change, all combined"] = median(runs, "combined", "top_k_eff") / base_eff - 1
     per_seed |= {f"model size change, {n}": median(runs, v, "size_mb") / base_size - 1 for v, n in SIZE_CLAIMS.items()}
-    headline = {q: claims.headline(list(map(float, v))) for q, v in per_seed.items()}
-    ours = {q: h["value"] for q, h in headline.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(per_seed)
+    ours = {}
     for v in TABLE2:
         ours[f"top-k-eff, {LABEL[v]}"] = float(median(runs, v, "top_k_eff").mean())
         ours[f"model size (MB), {LABEL[v]}"] = float(median(runs, v, "size_mb").mean())
@@ -221,14 +220,13 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     causes = t2m.causes(runs, t2m.softmax_share(models.model), compressed, sweep, compressed.rank)
     why = t2m.diagnoses(causes, compressed.rank, params.hidden_units)
     ours[t2m.USED_WORDS] = float(np.median(runs[runs.variant == "vocab"].output_words))
-    effects = claims.effects_table(PAPER, measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.effects(measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.paper_vs_ours(ours)
     timing = {f"{LABEL[v]} trains faster": (epoch("baseline"), epoch(v)) for v in TABLE2[1:]}
     timing_effects = claims.effects_table(PAPER_TIME, timing, rng("bootstrap/time"), n_boot=params.bootstrap)
     tables = dict(data=corpus.table(), runs=runs, table2=t2, bucketing=bucketing_table(runs))
     tables.update(training=pd.concat([models.history(), compressed.history()]), global_model_cache=models.cache())
-    tables.update(svd_model_cache=compressed.cache(), headline=claims.headline_table(headline))
-    tables.update(svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
-    tables.update(paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=effects)
+    tables.update(svd_model_cache=compressed.cache(), svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
     tables["timing_effects"] = timing_effects.rename(columns=_TIMING_COLUMNS)
     if on_device_table is not None:
         tables["on_device"] = on_device_table
@@ -238,9 +236,7 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     notes["time_ratio_to_baseline (volatile)"] = dict(zip(t2.variant, t2.time_ratio_to_baseline))
     notes["svd_models_from_cache"] = {s: e.hit for s, e in compressed.entries.items()}
     data, artifacts = [corpus.manifest.summary()], {"split.json": corpus.split.to_dict()}
-    result = record.Result(NAME, params.to_dict(), tables, data, corpus.manifest.stand_in_for, wall_time_s, notes=notes)
-    result.models, result.headline, result.artifacts = dict(files), headline, artifacts
-    return result
+    return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, files, artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:

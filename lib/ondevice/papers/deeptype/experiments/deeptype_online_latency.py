@@ -27,8 +27,9 @@ from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stag
 from ondevice.device import reuse_export, tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol
-from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
 from ondevice.training import inference_reuse
 
@@ -210,34 +211,36 @@ def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
 
 def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table, work, flatbuffer, wall_time_s):
     config, longest = typing_protocol.model_config(params, corpus), max(params.lengths)
-    headline = {}
+    c = Conclusion(NAME, params, PAPER)
     for runtime in table.runtime.unique():  # timing does not depend on the weights: one value stands for every seed
         g = table[(table.runtime == runtime) & (table.length == longest)].set_index("way").median_seconds
-        headline[f"latency without / with reuse at length {longest}, {runtime}"] = claims.headline(
-            [float(g["without reuse"] / g["with reuse"])]
+        c.headlines(
+            {f"latency without / with reuse at length {longest}, {runtime}": [g["without reuse"] / g["with reuse"]]}
         )
-    headline["max |weight difference|, reuse vs fine-tune step"] = claims.headline([float(checks.value.iloc[0])], 1e-6)
+    c.headlines(
+        {"max |weight difference|, reuse vs fine-tune step": [checks.value.iloc[0]]},
+        {"max |weight difference|, reuse vs fine-tune step": 1e-6},
+    )
     flops = lambda n, reuse: inference_reuse.flops_per_update(config, params.online_batch_size, n, reuse)  # noqa: E731
     values = (flops(REF_LENGTH, False) / flops(REF_LENGTH, True), 1.0, flops(30, False) / flops(2, False))
-    ours = {n.quantity: v for n, v in zip(PAPER.numbers, values)}
     wide = work.pivot(index="seed", columns="user")
     measured = {PAPER.effects[0].claim: (wide.mflops_without_reuse.to_numpy(), wide.mflops_with_reuse.to_numpy())}
     readings = pd.Series(inference_reuse.cost_readings(config, params.online_batch_size, REF_LENGTH), name="ratio")
     paper = PAPER.numbers[0].value  # without / with reuse; FLOPs only, as measured latency varies from run to run
-    where = "above every reading" if readings.max() < paper else "within their range"
+    within = readings.min() <= paper <= readings.max()  # then the paper's reading of the two steps explains it
     span = f"{readings.min():.2f} (ours) to {readings.max():.2f} (full back-propagation without reuse)"
-    note = claims.Diagnosis(f"FLOP ratio at length {REF_LENGTH}: {span}; the paper's {paper:g}x is {where}", SECTION)
-    rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(
-        PAPER, measured, rng, n_boot=params.bootstrap, diagnoses={PAPER.effects[0].claim: note}
-    )
+    text = f"FLOP ratio at length {REF_LENGTH}: {span}; the paper's {paper:g}x is "
+    text += "within their range" if within else "above every reading"
+    kind = claims.Kind.READ_TWO_WAYS if within else claims.Kind.OPEN
+    why = {PAPER.effects[0].claim: claims.Diagnosis(text, SECTION, kind)}
+    c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.paper_vs_ours({n.quantity: v for n, v in zip(PAPER.numbers, values)})
     # the headline holds timing ratios: its columns are named so, and left out of exact comparisons
-    head = claims.headline_table(headline).rename(
-        columns=lambda c: c if c in ("name", "seeds") else f"{c} (time ratio or check)"
+    c.tables["headline"] = claims.headline_table(c.headline).rename(
+        columns=lambda col: col if col in ("name", "seeds") else f"{col} (time ratio or check)"
     )
     tables = dict(data=corpus.table(), latency=table, latency_vs_paper=latency_vs_paper(table, params))
-    tables.update(correctness=checks, work_per_user=work, global_model_cache=models.cache(), headline=head)
-    tables.update(paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=effects)
+    tables.update(correctness=checks, work_per_user=work, global_model_cache=models.cache())
     tables["cost_readings"] = readings.rename_axis("reading").reset_index()
     extrapolated = device_extrapolation(params, work)
     if extrapolated is not None:
@@ -249,18 +252,14 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table
     notes.update(
         flex_ops=tflite_reuse.flex_ops(flatbuffer) if flatbuffer else [], device_profile=params.device_profile or None
     )
-    models_ = {"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {}
-    return record.Result(
-        NAME,
-        params.to_dict(),
+    return c.result(
         tables,
         [corpus.manifest.summary()],
         corpus.manifest.stand_in_for,
         wall_time_s,
-        notes=notes,
-        models=models_,
-        headline=headline,
+        models={"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {},
         artifacts={"split.json": corpus.split.to_dict()},
+        **notes,
     )
 
 
