@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from ondevice.report import claims
 from ondevice.report.pages.cells import (
     DASH,
     EXPLAINED,
@@ -77,7 +78,8 @@ class Pages:
         return self.render("experiment.md.j2", e=e, scale=scale)
 
     def summary_markdown(self, entries: list[Experiment], scale: str) -> str:
-        return self.render("summary.md.j2", entries=entries, scale=scale)
+        kinds = claims.kinds_text([row for e in entries for row in e.rows])
+        return self.render("summary.md.j2", entries=entries, scale=scale, kinds=kinds)
 
     def css(self) -> str:
         path = self.templates / "site.css"
