@@ -9,11 +9,12 @@ from numerics import assert_close_float32, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
 from ondevice.device import tflite
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.models import svd_compression as svd
+from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import bucketing as bk
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer
 
 TEXT = (
@@ -164,9 +165,9 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
         rng_factory=lambda: np.random.default_rng(0),
         log=lambda *_: None,
     )
-    first = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
-    again = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
-    other = svd.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
+    first = svd_retrain.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    again = svd_retrain.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    other = svd_retrain.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
     assert not first.hit and again.hit and not other.hit
     for a, b in zip(first.weights, again.weights):
         np.testing.assert_array_equal(a, b)
@@ -183,8 +184,8 @@ def test_svd_retraining_to_a_plateau_records_the_untrained_epoch_and_keeps_the_b
     training = dict(epochs=4, batch_size=8, learning_rate=1e-2, optimizer="adam", clip_norm=5.0, log=lambda *_: None)
     rng = lambda: np.random.default_rng(0)  # noqa: E731
     with pytest.raises(ValueError, match="held-out"):
-        svd.retrain_global(model, "base", 3, samples, task, rng_factory=rng, stop=Plateau(1), **training)
-    entry = svd.retrain_global(
+        svd_retrain.retrain_global(model, "base", 3, samples, task, rng_factory=rng, stop=Plateau(1), **training)
+    entry = svd_retrain.retrain_global(
         model, "base", 3, samples, task, rng_factory=rng, holdout=samples, stop=Plateau(1), **training
     )
     history = entry.info["history"]

@@ -14,12 +14,12 @@ import tf_keras as keras
 from numerics import assert_close_float32, lstm_terms
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
-from ondevice.device import device_profile, tflite, tflite_reuse
+from ondevice.device import device_profile, reuse_export, tflite, tflite_reuse
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import export
-from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype import export, protocol
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
 from ondevice.training.trainer import seed_everything
 
 
@@ -31,10 +31,8 @@ def exported():
     samples = build_samples(sents, vocab, 4)
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=0)
     task = NextWordTask()
-    flatbuffer = tflite.convert(
-        inference_reuse.ReuseTrainableModel(model, task, 0.05), inference_reuse.REUSE_SIGNATURES
-    )
-    data = export.user_batches(samples, 16)
+    flatbuffer = tflite.convert(reuse_export.ReuseTrainableModel(model, task, 0.05), reuse_export.REUSE_SIGNATURES)
+    data = protocol.user_batches(samples, 16)
     batches = [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
     return model, task, flatbuffer, data, batches
 
@@ -105,7 +103,7 @@ def test_flex_inventory(exported):
 def test_manifest_entry_lists_signatures_shapes_and_flex(exported):
     _, _, flatbuffer, data, _ = exported
     entry = export.describe(flatbuffer)
-    assert set(entry["signatures"]) == set(inference_reuse.REUSE_SIGNATURES)
+    assert set(entry["signatures"]) == set(reuse_export.REUSE_SIGNATURES)
     assert entry["signatures"]["train_from_cache"]["inputs"]["features"]["shape"] == [-1, -1, 12]
     assert entry["signatures"]["train"]["inputs"]["tokens"]["dtype"] == "int32"
     assert entry["needs_flex"] and entry["size_bytes"] == len(flatbuffer)

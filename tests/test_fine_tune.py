@@ -5,8 +5,8 @@ import numpy as np
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device.energy.workload import step_flops
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 TEXT = "To be, or not to be, that is the question. " * 10 + "Whether 'tis nobler in the mind to suffer. " * 10

@@ -7,10 +7,10 @@ import pytest
 from numerics import assert_close_float32, assert_same_update
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques import inference_reuse
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 

@@ -39,6 +39,7 @@ import psutil
 from ondevice import REPO_ROOT
 from ondevice.params import SCALES
 from ondevice.report import at_once, timings
+from ondevice.report.progress import Progress, Ticker
 from ondevice.report.provenance import code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
@@ -413,27 +414,35 @@ def main(argv=None) -> int:
 
     def done(notebook: Path, status: str) -> None:
         statuses[notebook.stem] = status
+        if progress is not None:
+            progress.finished(notebook.stem)
+            print(progress.line(), flush=True)
         if status in ("complete", "skipped"):
             final, before = RESULTS / args.scale / notebook.stem, replaced[notebook.stem]
             comparisons[notebook.stem] = show_comparison(
                 notebook.stem, args.scale, final, before if status == "complete" else None
             )
 
+    progress = None
     try:
         if args.child:
             status = run_notebook(notebooks[0], args.scale, params, args.force)
             return {"complete": 0, "skipped": at_once.EXIT_SKIPPED}.get(status, EXIT_FAILED)
-        alone = notebooks
+        together, alone = [], notebooks
         if args.at_once > 1 and len(notebooks) > 1:
             together = [nb for nb in notebooks if not at_once.measures_time(nb)]
             alone = [nb for nb in notebooks if at_once.measures_time(nb)]
-            current = f"{len(together)} notebooks run {args.at_once} at a time"
-            print(f"[reproduce] {current}; then, alone, the {len(alone)} that measure time", flush=True)
-            order = at_once.longest_first(together, RESULTS / args.scale)
-            at_once.run(order, args.scale, params, args.force, args.at_once, RESULTS, done)
-        for notebook in alone:
-            current = notebook.stem
-            done(notebook, run_notebook(notebook, args.scale, params, args.force))
+        progress = Progress(RESULTS / args.scale, [n.stem for n in together], [n.stem for n in alone], args.at_once)
+        print(progress.line(), flush=True)
+        with Ticker(progress, float(os.environ.get("ONDEVICE_PROGRESS_EVERY") or 60)):
+            if together:
+                current = f"{len(together)} notebooks run {args.at_once} at a time"
+                print(f"[reproduce] {current}; then, alone, the {len(alone)} that measure time", flush=True)
+                order = at_once.longest_first(together, RESULTS / args.scale)
+                at_once.run(order, args.scale, params, args.force, args.at_once, RESULTS, done)
+            for notebook in alone:
+                current = notebook.stem
+                done(notebook, run_notebook(notebook, args.scale, params, args.force))
     except KeyboardInterrupt:
         what = signal.Signals(_signal).name if _signal else "KeyboardInterrupt"
         print(

@@ -11,7 +11,8 @@ from ondevice.data.places import ELSEWHERE
 from ondevice.models import mrnn
 from ondevice.papers.colla.common import CollaParams, Devices
 from ondevice.papers.colla.protocol import BASELINES, CONTEXT, MARKOV, METHODS
-from ondevice.report import publish
+from ondevice.report import claims
+from ondevice.report.pages.cells import diagnosis
 
 COST_APPROACHES = ("Same-Whole", "Same-FC", "Customization")  # colla_cost's update approaches
 
@@ -70,14 +71,14 @@ def diagnose(effects: pd.DataFrame, last: pd.DataFrame, steps: pd.DataFrame) -> 
     """Fill the diagnosis of each effect the audit rule flags (interval excludes the paper's change,
     >3x off or of the other sign) with one line of this run's measurements: the two medians, how
     often client fits kept their first epoch and why (validation labels at places absent from the
-    cycle's training part), and where the Markov baselines stand."""
+    cycle's training part), and where the Markov baselines stand. Open: our models' shortfall."""
     medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
     client = steps[steps.method.isin(["DT", "DT-ws", "Colla"])]
     kept = float(np.average(client.share_kept_first_epoch, weights=client.fits))
     new = float(np.average(client.validation_new_places, weights=client.fits))
     effects = effects.copy()
     for i, row in effects.iterrows():
-        if publish.diagnosis(row.to_dict()) != "unexplained":
+        if diagnosis(row.to_dict()) != "unexplained":
             continue
         other = row.effect.rsplit(" ", 1)[-1]
         line = (
@@ -85,7 +86,7 @@ def diagnose(effects: pd.DataFrame, last: pd.DataFrame, steps: pd.DataFrame) -> 
             f"their first epoch ({new:.0%} of validation labels are places absent from the cycle's training part); "
             f"Markov per device {medians[MARKOV]:.2f}, pooled {medians['Markov (pooled)']:.2f}"
         )
-        effects.loc[i, "diagnosis"] = line
+        effects.loc[i, ["diagnosis", "diagnosis kind"]] = [line, claims.Kind.OPEN.value]
     return effects
 
 

@@ -58,8 +58,8 @@ class Bench:
 
 def technique_steps(b: Bench, x, y) -> dict[str, float]:
     """[1] Seconds per step of full training and of each technique that changes the step."""
-    from ondevice.papers.deeptype.techniques import svd_compression as svd
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+    from ondevice.models import svd_compression as svd
+    from ondevice.training.fine_tune import FineTune
     from ondevice.training.trainer import Trainer
 
     rank = svd.rank_for(b.config.hidden_units, 0.1)
@@ -81,7 +81,7 @@ def technique_steps(b: Bench, x, y) -> dict[str, float]:
 def tflite_steps(b: Bench, x, y, steps: dict[str, float]) -> None:
     """[2] One training step through the TFLite interpreter (Flex delegate) against TensorFlow's."""
     from ondevice.device import tflite
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+    from ondevice.training.fine_tune import FineTune
 
     for name, hooks in (("full", []), ("fine_tune", [FineTune()])):
         train = tflite.interpreter(tflite.convert(tflite.TrainableModel(b.model, b.task, 1e-3, hooks=hooks)))
@@ -92,12 +92,12 @@ def tflite_steps(b: Bench, x, y, steps: dict[str, float]) -> None:
 
 def online_reuse(b: Bench) -> None:
     """[3] One online batch of 16 with and without reuse of inference results, TF and TFLite."""
-    from ondevice.device import tflite
-    from ondevice.papers.deeptype.techniques import inference_reuse
+    from ondevice.device import reuse_export, tflite
+    from ondevice.training import inference_reuse
 
     online = inference_reuse.OnlineTrainer(b.model, b.task, 1e-3)
-    reuse = inference_reuse.ReuseTrainableModel(b.model, b.task, 1e-3)
-    lite = tflite.interpreter(tflite.convert(reuse, inference_reuse.REUSE_SIGNATURES)).get_signature_runner
+    reuse = reuse_export.ReuseTrainableModel(b.model, b.task, 1e-3)
+    lite = tflite.interpreter(tflite.convert(reuse, reuse_export.REUSE_SIGNATURES)).get_signature_runner
     ltrain, lcache, lfrom = lite("train"), lite("infer_and_cache"), lite("train_from_cache")
     header = ("length", 6), ("TF without", 11), ("TF with", 9), ("ratio", 6), ("TFLite without", 15), ("with", 6)
     print(" " + "".join(f" {name:>{width}s}" for name, width in header + (("ratio", 6),)))
@@ -117,7 +117,7 @@ def against_gemm(b: Bench, steps: dict[str, float]) -> None:
     import tensorflow as tf
 
     from ondevice.papers.deeptype.bench_measures import gemm_flops, step_flops, step_parts
-    from ondevice.papers.deeptype.techniques import inference_reuse
+    from ondevice.training import inference_reuse
     from ondevice.training.trainer import Trainer, make_optimizer, train_step, trainable_variables
 
     start, peak = b.model.get_weights(), gemm_flops()
@@ -180,8 +180,8 @@ def main(argv=None) -> int:
 
     from ondevice.data.typing_samples import CHARS
     from ondevice.models import lstm_lm
-    from ondevice.papers.deeptype.common import MODEL_PRESETS, DeepTypeParams
     from ondevice.tasks.next_word import NextWordTask
+    from ondevice.tasks.typing_protocol import MODEL_PRESETS, DeepTypeParams
 
     preset = MODEL_PRESETS[args.scale]
     fields = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers")

@@ -16,7 +16,7 @@ from scipy.special import expit
 
 from ondevice import streams
 from ondevice.data import audio_features, manifests
-from ondevice.device import tflite
+from ondevice.device import tflite, yamnet_tflite
 from ondevice.metrics import roc_auc
 from ondevice.models import yamnet
 from ondevice.papers.moil import protocol, rate_choice
@@ -98,7 +98,7 @@ def _import_weights(params: AudioParams, log) -> tuple[list[np.ndarray], str]:
         yamnet.load_h5(model, params.yamnet_h5)
         return model.get_weights(), f"yamnet.h5 ({params.yamnet_h5})"
     path = manifests.resolve("yamnet", "tflite")
-    yamnet.import_tflite(model, path)
+    yamnet_tflite.import_tflite(model, path)
     log(f"YAMNet: imported the weights of {path.name} (int8 kernels dequantised, batch norm folded)")
     return model.get_weights(), "yamnet.tflite (imported)"
 

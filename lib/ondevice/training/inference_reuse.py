@@ -11,8 +11,8 @@ sequence length up to the (small) softmax matmul.
 
 The cache is valid only while the weights below the softmax do not change, which fine-tuning
 guarantees, and while no update happened between the inference and the training of the batch
-(the paper's reason why reuse applies to online, not offline, training). `ReuseTrainableModel`
-is the same on the phone: the trainable TFLite export with both signatures added.
+(the paper's reason why reuse applies to online, not offline, training). The same on the phone,
+the trainable TFLite export with both signatures added, is `device.reuse_export`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ondevice.device.tflite import SIGNATURES, TrainableModel
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks import Task
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
 
 HEAD = "softmax"
-REUSE_SIGNATURES = SIGNATURES + ("infer_and_cache", "train_from_cache")
 
 
 def split(model: keras.Model, head: str = HEAD) -> tuple[keras.Model, keras.layers.Layer]:
@@ -102,31 +100,6 @@ class OnlineTrainer:
 
     def head_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.variables]
-
-
-class ReuseTrainableModel(TrainableModel):
-    """The fine-tune export (only `head` trains) with `infer_and_cache` and `train_from_cache`; its
-    `train` is the fine-tune step, and both update the same variables, so a keyboard may mix them."""
-
-    def __init__(
-        self,
-        model: keras.Model,
-        task: Task,
-        learning_rate: float,
-        optimizer: str = "adam",
-        head: str = HEAD,
-        clip_norm=0.0,
-    ):
-        super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)], clip_norm=clip_norm)
-        self.features_model, self.head = split(model, head)
-        sig = task.signature
-        self.infer_and_cache = tf.function(
-            lambda x: infer_and_cache(self.features_model, self.head, x), input_signature=[sig.inputs]
-        )
-        self.train_from_cache = tf.function(
-            lambda f, y: {"loss": train_from_cache(self.head, task, self.optimizer, self.variables_to_train, f, y)},
-            input_signature=[features_spec(model, head), sig.labels],
-        )
 
 
 def forward_flops(config, positions: int) -> tuple[float, float]:
