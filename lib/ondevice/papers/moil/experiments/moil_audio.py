@@ -48,7 +48,8 @@ from ondevice.papers.moil.audio_model import (  # noqa: F401  (stages)
 from ondevice.papers.moil.protocol import Run
 from ondevice.papers.moil.report import benchmark_ratios, cache_table, fmc_equality  # noqa: F401  (stages)
 from ondevice.params import presets
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion
 
 NAME = "moil_audio"
 PAPER = facts.paper(NAME)
@@ -162,6 +163,27 @@ def runs_table(runs: list[Run], pre: Pretrained, params: Params) -> pd.DataFrame
     )
 
 
+def paper_numbers(params: Params, pre: Pretrained, by_alpha: dict, lf_auc, fmc_auc, cache: pd.DataFrame) -> dict:
+    """Our values of the thesis's numbers (means over seeds and classes; the cache sizes per 10 s)."""
+    ten = cache[cache.per == "10 s of audio"].set_index("what").bytes
+    ours = {
+        "global AUC, pre-trained": float(pre.global_auc.mean()),
+        "global AUC, GDM(0)": float(by_alpha[0.0].mean()),
+        "global AUC, GDM(alpha)": float(by_alpha[params.alpha].mean()),
+        "global AUC, GDM(alpha) + LF(n)": float(lf_auc.mean()),
+        "global AUC, GDM(alpha) + LF(n) + FMC": float(fmc_auc.mean()),
+        "largest global AUC loss over the alpha sweep": float(
+            max(1 - v.mean() / pre.global_auc.mean() for v in by_alpha.values())
+        ),
+        "cached bytes per 10 s of audio (KB)": ten["feature-map cache"] / 1024,
+        "raw waveform bytes per 10 s of audio (KB)": ten["raw waveform, float32 16 kHz"] / 1024,
+    }
+    ours["cache size / raw waveform size"] = (
+        ours["cached bytes per 10 s of audio (KB)"] / ours["raw waveform bytes per 10 s of audio (KB)"]
+    )
+    return ours
+
+
 def conclude(
     params: Params,
     data: AudioData,
@@ -177,43 +199,15 @@ def conclude(
     flatbuffer,
     wall_time_s: float,
 ) -> record.Result:
-    """Tables, headline numbers over seeds, the thesis's numbers beside ours and three-way verdicts;
-    effects pair AudioSet classes and seeds, (seeds, classes) arrays."""
+    """Tables, headline numbers over seeds, the thesis's numbers beside ours and three-way verdicts
+    (`Conclusion`); effects pair AudioSet classes and seeds, (seeds, classes) arrays."""
     auc = lambda runs, part="global": np.stack([r.scores[part].to_numpy() for r in sorted(runs, key=lambda r: r.seed)])
     by_alpha = {a: auc([r for r in alpha_runs if r.alpha == a]) for a in params.alphas}
     g0, ga, lf_auc, fmc_auc = by_alpha[0.0], by_alpha[params.alpha], auc(lf), auc(cached)
     pre_global = np.stack([pre.global_auc.to_numpy()] * len(params.seed_list))
-    cache = cache_table(cached[0], data)
-    ten = cache[cache.per == "10 s of audio"].set_index("what").bytes
-    ours = {
-        "global AUC, pre-trained": float(pre.global_auc.mean()),
-        "global AUC, GDM(0)": float(g0.mean()),
-        "global AUC, GDM(alpha)": float(ga.mean()),
-        "global AUC, GDM(alpha) + LF(n)": float(lf_auc.mean()),
-        "global AUC, GDM(alpha) + LF(n) + FMC": float(fmc_auc.mean()),
-        "largest global AUC loss over the alpha sweep": float(
-            max(1 - v.mean() / pre.global_auc.mean() for v in by_alpha.values())
-        ),
-        "cached bytes per 10 s of audio (KB)": ten["feature-map cache"] / 1024,
-        "raw waveform bytes per 10 s of audio (KB)": ten["raw waveform, float32 16 kHz"] / 1024,
-    }
-    ours["cache size / raw waveform size"] = (
-        ours["cached bytes per 10 s of audio (KB)"] / ours["raw waveform bytes per 10 s of audio (KB)"]
-    )
-    numbers = claims.paper_vs_ours(PAPER, ours)
-    numbers.loc[numbers.quantity.str.contains("LF\\(n\\)"), "quantity"] = numbers.quantity.str.replace(
-        "LF(n)", f"LF({params.n})", regex=False
-    )
-    measured = {
-        "GDM(0) loses global AUC (catastrophic forgetting)": (pre_global, g0),
-        "mixing global data keeps more global AUC than GDM(0)": (ga, g0),
-        "LF(n) keeps more global AUC than full training": (lf_auc, ga),
-        "FMC changes no global AUC": (fmc_auc, lf_auc),
-    }
-    rng = streams.rng(params.seed, "moil-audio/bootstrap")
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap)
-    effects["effect"] = effects.effect.str.replace("LF(n)", f"LF({params.n})", regex=False)
-    per_seed = {
+    cache, named = cache_table(cached[0], data), lambda text: text.replace("LF(n)", f"LF({params.n})")
+    c = Conclusion(NAME, params, PAPER)
+    seeds = {
         "global AUC, pre-trained": pre_global,
         "global AUC, GDM(0)": g0,
         f"global AUC, GDM({params.alpha:g})": ga,
@@ -221,7 +215,17 @@ def conclude(
         f"local AUC, GDM({params.alpha:g}) + LF({params.n})": auc(lf, "local"),
         "local AUC, pre-trained": np.stack([pre.local_auc.to_numpy()] * len(params.seed_list)),
     }
-    headline = {q: claims.headline(list(map(float, v.mean(axis=1)))) for q, v in per_seed.items()}
+    c.headlines({q: list(map(float, v.mean(axis=1))) for q, v in seeds.items()})
+    numbers = c.paper_vs_ours(paper_numbers(params, pre, by_alpha, lf_auc, fmc_auc, cache))
+    numbers["quantity"] = numbers.quantity.map(named)
+    measured = {
+        "GDM(0) loses global AUC (catastrophic forgetting)": (pre_global, g0),
+        "mixing global data keeps more global AUC than GDM(0)": (ga, g0),
+        "LF(n) keeps more global AUC than full training": (lf_auc, ga),
+        "FMC changes no global AUC": (fmc_auc, lf_auc),
+    }
+    effects = c.effects(measured, streams.rng(params.seed, "moil-audio/bootstrap"), n_boot=params.bootstrap)
+    effects["effect"] = effects.effect.map(named)
     timing = report.audio_timing_effects(params, bench, PAPER_TIME)
     runs = [*alpha_runs, *lf_runs, *cached]
     tables = {
@@ -233,9 +237,6 @@ def conclude(
         "cache_size": cache,
         "benchmark": bench.drop(columns="step_seconds"),
         "timing_effects": timing,
-        "headline": claims.headline_table(headline),
-        "paper_vs_ours": numbers,
-        "effects": effects,
         "rate_choice": choice.table,
         "rate_history": choice.history,
         "forgetting_effects": ablation.table(params.n, effects),
@@ -245,28 +246,21 @@ def conclude(
         tables["tflite_agreement"] = pre.agreement
     if on_device_table is not None:
         tables["on_device"] = on_device_table
-    return record.Result(
-        experiment=NAME,
-        params=params.to_dict(),
-        tables=tables,
-        headline=headline,
+    return c.result(
+        tables,
+        data.data,
+        data.stand_in,
+        wall_time_s,
         models={"yamnet_personal_trainable.tflite": flatbuffer} if flatbuffer else {},
-        data=data.data,
-        stand_in_data=data.stand_in,
-        wall_time_s=wall_time_s,
-        notes={
-            "source": data.source,
-            "weights": pre.source,
-            "local_classes": data.local_categories,
-            "global_classes": data.global_categories,
-            "learning_rate": {"chosen": choice.rate, "rule": rate_choice.RULE, **choice.clips},
-            "benchmark_time_ratios": benchmark_ratios(bench, params.n),
-            "timing_effects": timing.to_dict("records"),
-            **data.notes,
-            "tflite_max_loss_difference": None
-            if on_device_table is None
-            else float(on_device_table.abs_difference.max()),
-        },
+        source=data.source,
+        weights=pre.source,
+        local_classes=data.local_categories,
+        global_classes=data.global_categories,
+        learning_rate={"chosen": choice.rate, "rule": rate_choice.RULE, **choice.clips},
+        benchmark_time_ratios=benchmark_ratios(bench, params.n),
+        timing_effects=timing.to_dict("records"),
+        **data.notes,
+        tflite_max_loss_difference=None if on_device_table is None else float(on_device_table.abs_difference.max()),
     )
 
 
