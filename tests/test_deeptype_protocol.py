@@ -67,7 +67,7 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.tflite,
+        top3_exp.parity,
         "parity_table",
         lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )

@@ -124,7 +124,7 @@ def _tflite_tensor(interp: tf.lite.Interpreter, index: int) -> np.ndarray:
 def read_tflite_weights(path: str | Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(op, kernel, bias) of the conv, depthwise and fully connected ops of `yamnet.tflite`, in
     graph order, kernels dequantised. Ops are matched by order, not by the converter's names."""
-    from ..device.tflite import interpreter
+    from ..device.litert import interpreter
 
     interp = interpreter(Path(path).read_bytes())
     ops = []

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
 from ondevice.report import claims, facts, record
 from ondevice.tasks.bucketing import EqualLength
@@ -143,7 +143,7 @@ def choose_rates(params: Params, text, images, pre, log=print) -> tuple[Params, 
 
 def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataFrame | None:
     """AutLearn's LSTM step (softmax only, the chosen rate) for the first test user's first steps
-    in TensorFlow and through the exported trainable TFLite model (`tflite.parity_table`), from the
+    in TensorFlow and through the exported trainable TFLite model (`parity.parity_table`), from the
     public model; it trains copies and draws from its own stream."""
     if not params.tflite_check_steps:
         return None
@@ -153,7 +153,7 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
     model = pre["text"][params.seed].model
     model.set_weights(pre["text"][params.seed].weights)
     hooks = [protocol.last_layer("text")]
-    return tflite.parity_table(model, task, s.learning_rate, batches, s.optimizer, hooks, log, text.users[0])[0]
+    return parity.parity_table(model, task, s.learning_rate, batches, s.optimizer, hooks, log, text.users[0])[0]
 
 
 def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], log=print):
