@@ -42,9 +42,11 @@ def _copy(model: keras.Model) -> keras.Model:
 def compare_flex(model: keras.Model, task: Task, learning_rate: float, batches, *args, **kwargs) -> dict:
     """Train one copy in TensorFlow and one through the TFLite interpreter from the same weights on
     the same batches (`args`, `kwargs`: the rest of `Step`'s: optimizer, hooks, clip_norm). Returns
-    both loss curves, both models' outputs on the first batch after training, and the flatbuffer
-    (trainable from the starting weights). `model` is not changed."""
-    flatbuffer = tflite.convert(Step(model, task, learning_rate, *args, **kwargs))
+    both loss curves, both models' outputs on the first batch after training, the flatbuffer
+    (trainable from the starting weights) and the Step it converts (on `model`, not trained). `model`
+    is not changed."""
+    converted = Step(model, task, learning_rate, *args, **kwargs)
+    flatbuffer = tflite.convert(converted)
     step = Step(_copy(model), task, learning_rate, *args, **kwargs)
     tf_losses = [float(step.train(tf.constant(x), tf.constant(y))["loss"]) for x, y in batches]
     interp = tflite.interpreter(flatbuffer)
@@ -53,6 +55,7 @@ def compare_flex(model: keras.Model, task: Task, learning_rate: float, batches, 
         "tensorflow": tf_losses,
         "tflite": tflite.train_on_device(interp, task, batches),
         "flatbuffer": flatbuffer,
+        "step": converted,
         "outputs_tensorflow": step.model(probe, training=False).numpy(),
         "outputs_tflite": tflite.infer_on_device(interp, task, probe),
     }
@@ -112,7 +115,7 @@ def parity_table(
     )
     table["abs_difference"] = (table.loss_tflite - table.loss_tensorflow).abs()
     table["max_output_difference_after"] = float(np.abs(check["outputs_tflite"] - check["outputs_tensorflow"]).max())
-    table, builtin = _builtin_columns(table, Step(model, task, learning_rate, optimizer, hooks, clip_norm), batches)
+    table, builtin = _builtin_columns(table, check["step"], batches)  # from the untrained Step the file holds
     if log:
         log(
             f"on-device check{f' ({label})' if label else ''}: {len(table)} steps through the TFLite interpreter, "
@@ -162,6 +165,11 @@ def parity_row(name: str, check: dict) -> dict:
 # --- the CLI: one small instance per family, both modes -------------------------------------------
 
 
+def _spec(name, model, task, lr, optimizer, train, batches, sequence_length=None, **signatures) -> dict:
+    keys = ("name", "model", "task", "lr", "optimizer", "train", "batches", "sequence_length", "signatures")
+    return dict(zip(keys, (name, model, task, lr, optimizer, train, batches, sequence_length, signatures)))
+
+
 def _instances(rng: np.random.Generator) -> list[dict]:
     """A small instance of every family: name, model, task, training set-up and 8 batches."""
     from ..models import lstm_lm, mobilenet_v1, mobilenet_v2, yamnet
@@ -185,86 +193,40 @@ def _instances(rng: np.random.Generator) -> list[dict]:
     patches = [
         (rng.normal(size=(4, yamnet.PATCH_FRAMES, yamnet.MEL_BINS)), rng.random((4, 10)) < 0.2) for _ in range(8)
     ]
-    adam, sgd = {"optimizer": "adam"}, {"optimizer": "sgd"}
+    audio = ClassificationTask((yamnet.PATCH_FRAMES, yamnet.MEL_BINS), 10, multi_label=True)
+    places_task = ClassificationTask((colla.history, len(FEATURES)), 16, input_dtype=tf.int32)
+    words = NextWordTask()
     return [
-        {
-            "name": "deeptype_lstm_full",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_ALL,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "deeptype_lstm_svd",
-            "model": compress(lstm_lm.build(lm, seed=0), rank=8),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_ALL,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "deeptype_lstm_fine_tune",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "sequence_length": 10,
-            "batches": text,
-            "signatures": {"reuse": True},  # DeepType's online path: infer_and_cache, train_from_cache
-        },
-        {
-            "name": "autlearn_lstm_last_layer",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 0.1,
-            **sgd,
-            "train": TRAIN_HEAD,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "moil_mobilenet_v2_head",
-            "model": mobilenet_v2.build(32, 1, 5, 0.35),
-            "task": ClassificationTask((32, 32, 1), 5),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": images((32, 32, 1), 5),
-        },
-        {
-            "name": "moil_yamnet_head",
-            "model": yamnet.build(10, seed=0),
-            "task": ClassificationTask((yamnet.PATCH_FRAMES, yamnet.MEL_BINS), 10, multi_label=True),
-            "lr": 5e-4,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": patches,
-        },
-        {
-            "name": "autlearn_mobilenet_v1_head",
-            "model": mobilenet_v1.build(None, 0.25, 32, 62, seed=0),
-            "task": ClassificationTask((28, 28, 1), 62),
-            "lr": 3e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": images((28, 28, 1), 62),
-        },
-        {
-            "name": "colla_mrnn_device",
-            "model": device,
-            "lr": 1e-2,
-            **adam,
-            "train": TRAIN_ALL,
-            "task": ClassificationTask((colla.history, len(FEATURES)), 16, input_dtype=tf.int32),
-            "batches": places,
-            "signatures": {"distill": 0.5},  # Colla's client update: train_distill with the teacher's q
-        },
+        _spec("deeptype_lstm_full", lstm_lm.build(lm, seed=0), words, 1e-3, "adam", TRAIN_ALL, text, 10),
+        _spec(
+            "deeptype_lstm_svd", compress(lstm_lm.build(lm, seed=0), rank=8), words, 1e-3, "adam", TRAIN_ALL, text, 10
+        ),
+        # DeepType's online path beside train: infer_and_cache, train_from_cache
+        _spec(
+            "deeptype_lstm_fine_tune", lstm_lm.build(lm, seed=0), words, 1e-3, "adam", TRAIN_HEAD, text, 10, reuse=True
+        ),
+        _spec("autlearn_lstm_last_layer", lstm_lm.build(lm, seed=0), words, 0.1, "sgd", TRAIN_HEAD, text, 10),
+        _spec(
+            "moil_mobilenet_v2_head",
+            mobilenet_v2.build(32, 1, 5, 0.35),
+            ClassificationTask((32, 32, 1), 5),
+            1e-3,
+            "adam",
+            TRAIN_HEAD,
+            images((32, 32, 1), 5),
+        ),
+        _spec("moil_yamnet_head", yamnet.build(10, seed=0), audio, 5e-4, "adam", TRAIN_HEAD, patches),
+        _spec(
+            "autlearn_mobilenet_v1_head",
+            mobilenet_v1.build(None, 0.25, 32, 62, seed=0),
+            ClassificationTask((28, 28, 1), 62),
+            3e-3,
+            "adam",
+            TRAIN_HEAD,
+            images((28, 28, 1), 62),
+        ),
+        # Colla's client update: train_distill with the teacher's q
+        _spec("colla_mrnn_device", device, places_task, 1e-2, "adam", TRAIN_ALL, places, distill=0.5),
     ]
 
 
@@ -281,7 +243,7 @@ def export_both(spec: dict, out: Path) -> tuple[dict, dict]:
     name, model = spec["name"], spec["model"]
     hooks = [FineTune(model.layers[-1].name)] if spec["train"] == TRAIN_HEAD else []
     step = Step(model, spec["task"], spec["lr"], spec["optimizer"], hooks)
-    check = compare_builtin(step, spec["batches"], spec.get("sequence_length"), **spec.get("signatures", {}))
+    check = compare_builtin(step, spec["batches"], spec["sequence_length"], **spec["signatures"])
     module, row = check["module"], parity_row(name, check)
     flex = flex_export(spec["model"], module, spec["lr"], spec["optimizer"])
     feeds = [builtin_export.feed(module, x, y) for x, y in spec["batches"]] * 2
@@ -320,8 +282,6 @@ def export_both(spec: dict, out: Path) -> tuple[dict, dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import pandas as pd
-
     parser = argparse.ArgumentParser(
         description="Export a small instance of every model family in builtin and "
         "flex mode; write manifest.json; compare step time and size."
