@@ -13,6 +13,7 @@ from ondevice.models import lstm_lm
 from ondevice.papers.autlearn.experiments import autlearn_availability as ex
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.step import Step
 
 WINDOWS = np.array([[0.0, 100.0], [200.0, 260.0], [1000.0, 2000.0]])
 
@@ -130,7 +131,7 @@ def _module_and_batches(optimizer: str, steps: int = 6):
         (rng.integers(1, 40, (4, n), dtype=np.int32), rng.integers(1, 30, (4, n), dtype=np.int32))
         for n in rng.integers(3, 8, steps)
     ]
-    return model, task, tflite.convert(tflite.TrainableModel(model, task, 0.5, optimizer)), batches
+    return model, task, tflite.convert(Step(model, task, 0.5, optimizer)), batches
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from ondevice.papers.deeptype.experiments import deeptype_personal_data as data_
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as top3_exp
 from ondevice.papers.deeptype.experiments import energy_governors as energy_exp
 from ondevice.tasks import typing_protocol
-from ondevice.training import trainer as trainer_module
+from ondevice.training import step as step_module
 
 GLOBAL = dict(
     optimizer="adam", global_learning_rate=0.00123, global_clip_norm=7.0, crowd_max_words=3000, global_epochs=1
@@ -32,13 +32,13 @@ def params_of(module, **extra):
 def created(monkeypatch):
     """(optimizer name, learning rate, clipping norm) of every optimizer created while the test runs."""
     made = []
-    for name, cls in list(trainer_module.OPTIMIZERS.items()):
+    for name, cls in list(step_module.OPTIMIZERS.items()):
 
         def make(lr, n=name, c=cls, **kw):
             made.append((n, lr, kw.get("global_clipnorm")))
             return c(lr, **kw)
 
-        monkeypatch.setitem(trainer_module.OPTIMIZERS, name, make)
+        monkeypatch.setitem(step_module.OPTIMIZERS, name, make)
     return made
 
 
@@ -67,7 +67,7 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.tflite,
+        top3_exp.parity,
         "parity_table",
         lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )

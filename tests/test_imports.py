@@ -11,14 +11,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "lib"
-# The Flex export's parity table runs the builtin export and the builtin export compares itself with
-# the Flex export: one circle inside device/, whose two modules the unified training step (issue 39,
-# helper arch-step) rewrites; it is expected to go with that work, and the test below says so.
-FOR_THE_TRAINING_STEP = {frozenset({"ondevice.device.builtin_export", "ondevice.device.tflite"})}
 
 
 def modules(lib: Path) -> dict[str, Path]:
@@ -116,15 +110,7 @@ def test_no_paper_imports_another_paper():
 
 
 def test_no_circle_of_modules():
-    found = [p for p in cycles(GRAPH) if p not in FOR_THE_TRAINING_STEP]
-    assert not found, "import circles: " + " | ".join(describe(p, GRAPH) for p in found)
-
-
-@pytest.mark.xfail(strict=True, reason="device/tflite <-> device/builtin_export: to go with the unified training step")
-def test_no_circle_left_for_the_training_step():
-    """Fails while the circle is there (xfail); passes, and so fails the run (strict), once it is
-    gone: then FOR_THE_TRAINING_STEP and this test are to be deleted."""
-    found = [p for p in cycles(GRAPH) if p in FOR_THE_TRAINING_STEP]
+    found = cycles(GRAPH)
     assert not found, "import circles: " + " | ".join(describe(p, GRAPH) for p in found)
 
 

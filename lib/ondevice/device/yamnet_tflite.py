@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ondevice.device.tflite import interpreter
+from ondevice.device.litert import interpreter
 from ondevice.models.yamnet import BN_EPSILON
 
 

@@ -1,19 +1,43 @@
-"""Fine-tune training (DeepType Sec. 5): on the phone only the last layer, the softmax over the
-vocabulary, trains; the embedding and LSTM layers of the global model stay fixed as a feature
-extractor. No gradient flows below the softmax, which is what makes it cheaper (Table 2: 3.79 h
--> 2.17 h for 100K samples on a Nexus 6) at no loss of accuracy (top-3-eff 0.616 -> 0.617)."""
+"""Training only some layers: the one freezing hook behind DeepType's fine-tune training (Sec. 5:
+only the softmax trains, the embedding and LSTM layers stay a fixed feature extractor, so no
+gradient flows below the softmax), AutLearn's last layer, Colla's FC-only update, MoIL's layer
+freezing LF(n) (`papers/moil/techniques/layer_freezing.py` chooses its layers) and the TensorFlow
+side of the builtin export's head training (`device.parity`).
+
+Which layers train: a layer's name, a list of names, or a function of the model that returns
+the layers (and may mark the others non-trainable itself, as MoIL's does). With `freeze`, every
+other layer is also marked non-trainable, so that its batch norm runs on its moving statistics
+during training; that changes the model, so give it a copy.
+"""
 
 from __future__ import annotations
 
-from ondevice.training.trainer import Hook
+from typing import Callable, Sequence
+
+import tf_keras as keras
+
+from ondevice.training.step import Hook
+
+Layers = Callable[[keras.Model], list]
 
 
 class FineTune(Hook):
-    """Train only the variables of one layer (default: DeepType's output layer, `softmax`)."""
+    """Train only the variables of the chosen layers (default: the LSTM LM's output layer, `softmax`)."""
 
-    def __init__(self, layer: str = "softmax"):
-        self.layer = layer
+    def __init__(self, layers: str | Sequence[str] | Layers = "softmax", freeze: bool = False):
+        self.layers, self.freeze = layers, freeze
+
+    def chosen(self, model: keras.Model) -> list:
+        if callable(self.layers):
+            return self.layers(model)
+        names = [self.layers] if isinstance(self.layers, str) else list(self.layers)
+        return [model.get_layer(name) for name in names]
 
     def trainable(self, model, variables: list) -> list:
-        keep = {id(v) for v in model.get_layer(self.layer).trainable_variables}
+        train = self.chosen(model)
+        if self.freeze:
+            for layer in model.layers:
+                if all(layer is not t for t in train):
+                    layer.trainable = False
+        keep = {id(v) for layer in train for v in layer.trainable_variables}
         return [v for v in variables if id(v) in keep]

@@ -209,7 +209,9 @@ def host_times(params, corpus: per_user_text.Corpus, log=print) -> pd.DataFrame:
         else:
             steps = {}
             for variant, t in trainers.items():
-                flops = [step_flops(model, t.variables, int(x.size), model.output_shape[-1]) for x, _ in batches]
+                flops = [
+                    step_flops(model, t.variables_to_train, int(x.size), model.output_shape[-1]) for x, _ in batches
+                ]
                 steps[variant] = float(np.mean(flops)) / (params.host_gflops * 1e9)
         samples, lengths = int(sum(len(x) for x, _ in batches)), [x.shape[1] for x, _ in batches]
         for variant, step in steps.items():

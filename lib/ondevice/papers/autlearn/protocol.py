@@ -23,7 +23,7 @@ import tf_keras as keras
 
 from ondevice import streams
 from ondevice.data import femnist
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.models import mobilenet_v1
 from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES, image_features
@@ -162,11 +162,11 @@ def choose_steps(params, text, images, pre: dict[str, common.Pretrained], log=pr
 
 def tflite_check(params, user: str, train, pre: common.Pretrained, log=print) -> pd.DataFrame:
     """AutLearn's LSTM step (softmax only, the chosen rate) for a user's first `tflite_check_steps`
-    batches in TensorFlow and through the exported trainable TFLite model (`tflite.parity_table`),
+    batches in TensorFlow and through the exported trainable TFLite model (`parity.parity_table`),
     from the public model; it trains copies and draws from its own stream."""
     s, task_ = setting(params, "text"), task(params, "text")
     rng = streams.rng(params.seed, "diagnostics/tflite")
     batches_ = list(task_.batches(train, s.batch_size, rng))[: params.tflite_check_steps]
     pre.model.set_weights(pre.weights)
     hooks = [last_layer("text")]
-    return tflite.parity_table(pre.model, task_, s.learning_rate, batches_, s.optimizer, hooks, log, user)[0]
+    return parity.parity_table(pre.model, task_, s.learning_rate, batches_, s.optimizer, hooks, log, user)[0]

@@ -60,7 +60,7 @@ def step_parts(model, task, batch: tuple, repeats: int) -> dict[str, float]:
     the cross-entropy's exponentials over every position x vocabulary word are not GEMM FLOPs."""
     import tensorflow as tf
 
-    from ondevice.training.trainer import make_optimizer
+    from ondevice.training.step import make_optimizer
 
     x, y = (tf.constant(a) for a in batch)
     variables, opt = model.trainable_variables, make_optimizer("sgd", 0.1, 5.0)

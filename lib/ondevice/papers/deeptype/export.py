@@ -40,19 +40,20 @@ NOTES = {"svd_compression": SVD_NOTE, "svd_compression_fine_tune_reuse": SVD_NOT
 
 def variant_modules(model, task, learning_rate: float, optimizer: str = "adam", clip_norm: float = 0.0) -> dict:
     """name -> (trainable module, its signatures) of every exported variant."""
-    from ondevice.device.reuse_export import REUSE_SIGNATURES, ReuseTrainableModel
-    from ondevice.device.tflite import SIGNATURES, TrainableModel
+    from ondevice.device.tflite import REUSE_SIGNATURES, SIGNATURES
     from ondevice.models import svd_compression as svd
     from ondevice.training.fine_tune import FineTune
+    from ondevice.training.inference_reuse import OnlineTrainer
+    from ondevice.training.step import Step
 
     compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
     training, clip = (task, learning_rate, optimizer), {"clip_norm": clip_norm}
     return {
-        "full": (TrainableModel(model, *training, **clip), SIGNATURES),
-        "fine_tune": (TrainableModel(model, *training, hooks=[FineTune()], **clip), SIGNATURES),
-        "fine_tune_reuse": (ReuseTrainableModel(model, *training, **clip), REUSE_SIGNATURES),
-        "svd_compression": (TrainableModel(compressed, *training, **clip), SIGNATURES),
-        "svd_compression_fine_tune_reuse": (ReuseTrainableModel(compressed, *training, **clip), REUSE_SIGNATURES),
+        "full": (Step(model, *training, **clip), SIGNATURES),
+        "fine_tune": (Step(model, *training, hooks=[FineTune()], **clip), SIGNATURES),
+        "fine_tune_reuse": (OnlineTrainer(model, *training, **clip), REUSE_SIGNATURES),
+        "svd_compression": (Step(compressed, *training, **clip), SIGNATURES),
+        "svd_compression_fine_tune_reuse": (OnlineTrainer(compressed, *training, **clip), REUSE_SIGNATURES),
     }
 
 

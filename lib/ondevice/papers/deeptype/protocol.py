@@ -20,7 +20,8 @@ from ondevice import streams
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import selection
 from ondevice.training.inference_reuse import OnlineTrainer
-from ondevice.training.trainer import History, Hook, Plateau, Trainer
+from ondevice.training.step import Hook
+from ondevice.training.trainer import History, Plateau, Trainer
 
 # A personal configuration (as `selection` names it) and the parameter fields that hold it.
 FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning_rate", "epochs": "personal_epochs"}
@@ -29,7 +30,7 @@ FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning
 def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_steps: int = 5) -> Trainer:
     """The on-device trainer of a DeepType experiment: the personal optimizer at the personal rate."""
     rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
-    return Trainer(model, task, rate, optimizer, hooks, warmup_steps, clip)
+    return Trainer(model, task, rate, optimizer, hooks, clip, warmup_steps=warmup_steps)
 
 
 def online_trainer(params, model, task, reuse: bool = True):

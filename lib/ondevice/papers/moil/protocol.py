@@ -23,7 +23,7 @@ import pandas as pd
 import tf_keras as keras
 
 from ondevice import streams
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.papers.moil.techniques import feature_cache, layer_freezing
 from ondevice.params import Params
 from ondevice.tasks import inference
@@ -246,7 +246,7 @@ class Personalizer:
         """The compiled trainer of LF(n) (None: every layer) and its predictor, from the pre-trained weights."""
         if n not in self._trainers:
             model = self.build()
-            hooks = [layer_freezing.LayerFreezing(n, self.units)] if n else []
+            hooks = [layer_freezing.lf_hook(n, self.units)] if n else []
             trainer = Trainer(model, self.task(model.input_shape[1:]), self.params.learning_rate, hooks=hooks)
             self._trainers[n] = (trainer, self.predictor(model))
         trainer, predict = self._trainers[n]
@@ -318,8 +318,8 @@ class Personalizer:
         task = self.task(model.input_shape[1:])
         batches = task.batches((mixed.inputs, mixed.labels), p.batch_size, streams.rng(p.seed, stream))
         batches = list(itertools.islice(batches, p.tflite_check_steps))
-        hooks = [layer_freezing.LayerFreezing(p.n, self.units)]
-        check = tflite.compare_training(model, task, p.learning_rate, batches, hooks=hooks)
+        hooks = [layer_freezing.lf_hook(p.n, self.units)]
+        check = parity.compare_flex(model, task, p.learning_rate, batches, hooks=hooks)
         table = pd.DataFrame(
             {
                 "step": range(1, len(check["tflite"]) + 1),

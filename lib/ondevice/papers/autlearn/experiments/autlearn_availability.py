@@ -53,6 +53,7 @@ from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Step
 from ondevice.training.trainer import seed_everything
 
 NAME = "autlearn_availability"
@@ -148,7 +149,7 @@ def resume_check(params: Params, corpus: Corpus, log=print):
     seed_everything(params.seed)
     model, task = typing_protocol.build_model(params, corpus, params.seed), NextWordTask(params.k)
     hooks = [FineTune()] if params.variant == "fine_tune" else []
-    module = tflite.TrainableModel(model, task, params.personal_learning_rate, params.personal_optimizer, hooks)
+    module = Step(model, task, params.personal_learning_rate, params.personal_optimizer, hooks)
     flatbuffer = tflite.convert(module)
     batches, n = costs.personal_batches(params, corpus, corpus.split.test[0]), sum(params.resume_schedule)
     if len(batches) < n:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.models import mrnn
 from ondevice.papers.colla import common
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices
@@ -180,7 +180,7 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     teacher.assign(boot.cloud[seed].weights, slots)
     task = common.location_task(p, p.device_slots)
     batches = list(task.batches((x, common.to_slots(slots, y)), p.batch_size, streams.rng(seed, "diagnostics/tflite")))
-    return tflite.parity_table(
+    return parity.parity_table(
         model,
         task,
         p.device_learning_rate,

@@ -20,7 +20,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype import table2 as t2m
@@ -158,7 +158,9 @@ class Personal:
         row.update(test_samples=len(test), top_k_eff=scores["top_k_eff"], perplexity=scores["perplexity"])
         row.update(test_oov_or_unseen_rate=float(np.mean(test.target == 1)))
         row.update(output_words=int(vmap.size if vmap else self.corpus.vocab.size), parameters=card["parameters"])
-        row.update(size_mb=card["size_mb"], trained_parameters=int(sum(np.prod(v.shape) for v in trainer.variables)))
+        row.update(
+            size_mb=card["size_mb"], trained_parameters=int(sum(np.prod(v.shape) for v in trainer.variables_to_train))
+        )
         padding = bk.padding_stats(VARIANTS[variant].batch_list(self.task, train, self.params, rng()))
         row.update(steps=steps, **padding, final_loss=history[-1]["loss"], steady_step_seconds=steady)
         return row | {"epoch_time_seconds": steady * steps, "epoch_wall_seconds": history[0]["seconds"]}
@@ -177,7 +179,7 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed
 
 
 def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
-    """`tflite.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
+    """`parity.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
     from their own stream, so no result changes."""
     if not params.tflite_check_steps or not params.tflite_variants:
         return None, {}
@@ -189,7 +191,7 @@ def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: 
         batches = spec.batch_list(personal.task, train, params, rng)[: params.tflite_check_steps]
         args = (personal.task, params.personal_learning_rate, batches, params.personal_optimizer, spec.hooks(params))
         clip = params.personal_clip_norm
-        table, files[f"deeptype_{variant}_trainable.tflite"] = tflite.parity_table(model, *args, log, variant, clip)
+        table, files[f"deeptype_{variant}_trainable.tflite"] = parity.parity_table(model, *args, log, variant, clip)
         tables.append(table.assign(variant=variant))
     table = pd.concat(tables, ignore_index=True)
     return table[["variant", *table.columns[:-1]]], files

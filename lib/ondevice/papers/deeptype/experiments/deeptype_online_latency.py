@@ -24,7 +24,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
-from ondevice.device import reuse_export, tflite, tflite_reuse
+from ondevice.device import tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.common import GlobalModels, train_global
@@ -93,16 +93,18 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     batches = _user_batches(params, corpus, corpus.split.test[0])[: params.parity_steps]
     x, y = batches[0]
     online.reset(start)
-    online.step_without_reuse(x, y)
+    online.train(x, y)
     plain = online.head_weights()
     online.reset(start)
     online.train_from_cache(online.infer_and_cache(x)["features"], y)
     weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
     online.reset(start)
     training = (params.personal_learning_rate, params.personal_optimizer)
-    module = reuse_export.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
-    flatbuffer = tflite.convert(module, reuse_export.REUSE_SIGNATURES)
-    tf_losses = [float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)) for bx, by in batches]
+    module = inference_reuse.OnlineTrainer(model, task, *training, clip_norm=params.personal_clip_norm)
+    flatbuffer = tflite.convert(module, tflite.REUSE_SIGNATURES)
+    tf_losses = [
+        float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)["loss"]) for bx, by in batches
+    ]
     online.reset(start)
     a, b, c = (tflite.interpreter(flatbuffer).get_signature_runner for _ in range(3))
     a("train")(tokens=x, labels=y)
@@ -136,8 +138,8 @@ def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: by
     _, start, _, online = _online(params, models)
     runtimes = {
         "TensorFlow": lambda x, y, f: {
-            "without reuse": lambda: float(online.step_without_reuse(x, y)),
-            "with reuse": lambda: float(online.train_from_cache(f, y)),
+            "without reuse": lambda: float(online.train(x, y)["loss"]),
+            "with reuse": lambda: float(online.train_from_cache(f, y)["loss"]),
             "inference (cached)": lambda: online.infer_and_cache(x)["logits"].numpy(),
         }
     }

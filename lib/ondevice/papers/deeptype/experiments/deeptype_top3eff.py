@@ -19,7 +19,7 @@ import pandas as pd
 
 from ondevice import engine, streams
 from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import common, more_training, planted, protocol, report, sensitivity, step_size
@@ -178,7 +178,7 @@ def planted_control(params: Params, corpora: dict, models: dict, reading: str, r
 
 def on_device(params: Params, corpora: dict, models: dict, log=print):
     """The first test user's first personal steps in TensorFlow and through the exported trainable
-    TFLite model (`tflite.parity_table`), from the crowd global model; its own random stream."""
+    TFLite model (`parity.parity_table`), from the crowd global model; its own random stream."""
     if not params.tflite_check_steps:
         return None, None
     corpus, task, p, crowd = corpora["crowd"], common.task(params), params, models["crowd"]
@@ -187,7 +187,7 @@ def on_device(params: Params, corpora: dict, models: dict, log=print):
     steps = list(itertools.islice(batches, p.tflite_check_steps))
     crowd.model.set_weights(crowd.weights[p.seed])
     rate, opt, clip = p.personal_learning_rate, p.personal_optimizer, p.personal_clip_norm
-    return tflite.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
+    return parity.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
 
 
 users_table = report.rows_table

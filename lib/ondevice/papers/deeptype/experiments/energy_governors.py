@@ -33,6 +33,7 @@ from ondevice.report import claims, facts, record
 from ondevice.report.conclusion import Conclusion, diagnose
 from ondevice.tasks import typing_protocol
 from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Step
 from ondevice.training.trainer import StepTimer
 
 NAME = "energy_governors"
@@ -142,9 +143,9 @@ def _train(params: Params, trainer, variant, models, env, data, seed, user, gove
     for _ in range(params.personal_epochs):
         for x, _ in task.batches(train, params.personal_batch_size, rng):
             tokens += int(x.size)
-            flops += step_flops(models.model, trainer.variables, int(x.size), models.model.output_shape[-1])
+            flops += step_flops(models.model, trainer.variables_to_train, int(x.size), models.model.output_shape[-1])
     row.update(steps=sum(h["steps"] for h in history), tokens=tokens, gflops=flops / 1e9)
-    row.update(trained_parameters=int(sum(v.shape.num_elements() for v in trainer.variables)))
+    row.update(trained_parameters=int(sum(v.shape.num_elements() for v in trainer.variables_to_train)))
     row.update(steady_step_seconds=steady, train_seconds=seconds, start_time_epoch=start_epoch)
     row.update(stop_time_epoch=stop_epoch, _readings=readings)
     if evaluate:
@@ -166,7 +167,7 @@ def export_models(params: Params, models: GlobalModels) -> dict[str, bytes]:
     for variant, hooks in HOOKS.items():
         models.model.set_weights(models.weights[params.seed])
         training = (params.personal_learning_rate, params.personal_optimizer, hooks, params.personal_clip_norm)
-        module = tflite.TrainableModel(models.model, task, *training)
+        module = Step(models.model, task, *training)
         out[f"deeptype_{variant}_trainable.tflite"] = tflite.convert(module)
     return out
 
