@@ -6,8 +6,7 @@ writers), every method on the same per-user splits.
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate and epochs
-  chosen again).
+- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (rate, epochs chosen again).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
   validation users, and its known-answer control on IID clients); and the public model itself.

@@ -45,7 +45,6 @@ from ondevice.device.energy.modelled import GovernorModel
 from ondevice.papers.autlearn import common, compression, costs, report
 from ondevice.papers.autlearn.compression import Compressed
 from ondevice.papers.autlearn.costs import compiler, first_step_losses, online, time_epochs
-from ondevice.papers.autlearn.report import compression_table
 from ondevice.papers.autlearn.techniques.compiler import PATHS
 from ondevice.report import claims, facts, record
 from ondevice.report.conclusion import Conclusion
@@ -271,7 +270,7 @@ def conclude(
     numbers = c.paper_vs_ours({n.quantity: ratio(n.quantity) for n in PAPER.numbers})
     source = "counted FLOPs" if params.time_source == "counted" else "measured time on this machine"
     numbers["ours from"] = [("modelled energy: " if q.startswith("energy") else "") + source for q in numbers.quantity]
-    tables = dict(compression=compression_table(variants), pruning_rounds=rounds, epochs=epochs)
+    tables = dict(compression=report.compression_table(variants), pruning_rounds=rounds, epochs=epochs)
     tables |= dict(compiler_time=compiled, compiler_time_effects=report.compiler_effects(params, compiled))
     tables |= dict(compiler_parity=parity, online=online_table, phone_times=phone_table, layer_time_fit=fit_table)
     tables |= dict(energy=energy_table, governor_claims=report.governor_claims(params, energy_table))

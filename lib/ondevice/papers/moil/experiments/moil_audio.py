@@ -54,7 +54,6 @@ from ondevice.report.conclusion import Conclusion
 NAME = "moil_audio"
 PAPER = facts.paper(NAME)
 PAPER_TIME = {n.quantity: n.value for n in facts.paper(NAME, "time").numbers}  # judged on measured step times
-PANELS = ("(a) global AUC (held-out classes)", "(b) local AUC (user's validation clips)")  # titles of the curves
 OWN_PRESETS = {
     "smoke": dict(local_classes=3, global_classes=3, alpha=0.5, alphas=(0.0, 0.5), n=2, learning_rates=(5e-4, 5e-5))
     | dict(seeds=2),
@@ -281,30 +280,6 @@ def run(params: Params, log=print) -> record.Result:
     return conclude(
         params, data, pre, choice, alpha_runs, lf_runs, cached, lf, ablation, bench, table, flatbuffer, wall
     )
-
-
-def plot_overall(params: Params, runs: pd.DataFrame, history: pd.DataFrame, bench: pd.DataFrame):
-    """Fig. 5.4: GDM(alpha), + LF(n), + FMC: AUC per epoch and training time (from the benchmark)."""
-    a, n = params.alpha, params.n
-    names = [f"GDM({a:g})", f"GDM({a:g}) + LF({n})", f"GDM({a:g}) + LF({n}) + FMC"]
-    t = bench.set_index("configuration")["training_time_seconds (epochs x steps x step)"]
-    seconds = t[["full training", f"LF({n}) with forward pass", f"LF({n}) from the cache (FMC)"]].set_axis(names)
-    return _plot(history, names, seconds, "Personalising YAMNet (cf. thesis Fig. 5.4)")
-
-
-def plot_sweep(runs: pd.DataFrame, history: pd.DataFrame, names: list[str], title: str):
-    """Fig. 5.6 / 5.8: one curve per alpha or per n, and each run's training time."""
-    return _plot(history, names, runs.set_index("run").training_time_seconds, title)
-
-
-def _plot(history: pd.DataFrame, names: list[str], seconds: pd.Series, title: str):
-    names = list(dict.fromkeys(names))  # one curve per configuration, mean over seeds
-    return report.plot_runs(history, names, seconds.groupby(level=0).median(), "auc", PANELS, title)
-
-
-def plot_benchmark(bench: pd.DataFrame):
-    """Step time: full training, layer freezing, feature-map caching."""
-    return report.plot_step_times(bench.configuration, bench.steady_step_seconds, "Step time in one run")
 
 
 def main(argv=None) -> None:
