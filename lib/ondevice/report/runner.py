@@ -363,7 +363,7 @@ def summary(comparisons: dict[str, list[dict] | None], verify: bool) -> str:
     return "\n".join(f"[reproduce] {line}" for line in lines)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", default="default", choices=SCALES)
     ap.add_argument("--notebook", default="", help="run only this notebook (name without .ipynb)")
@@ -383,6 +383,25 @@ def main(argv=None) -> int:
         "run afterwards, alone (report/at_once.py)",
     )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook for --at-once
+    return ap
+
+
+def _notebooks(folder: Path, name: str) -> list[Path]:
+    """The notebooks under `folder` by name (those in folders starting with . or _ are not run), or
+    only the one called `name`."""
+    found = sorted(
+        (
+            p
+            for p in folder.rglob("*.ipynb")
+            if not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)
+        ),
+        key=lambda p: p.stem,
+    )
+    return [n for n in found if n.stem == name.removesuffix(".ipynb")] if name else found
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.at_once < 1:
         ap.error(f"--at-once must be at least 1, got {args.at_once}")
@@ -392,18 +411,9 @@ def main(argv=None) -> int:
         ap.error(f"--params is not valid JSON: {exc}")
     if not isinstance(params, dict):
         ap.error("--params must be a JSON object")
-    notebooks = sorted(
-        (
-            p
-            for p in args.notebooks_dir.rglob("*.ipynb")
-            if not any(part.startswith((".", "_")) for part in p.relative_to(args.notebooks_dir).parts)
-        ),
-        key=lambda p: p.stem,
-    )
-    if args.notebook:
-        notebooks = [n for n in notebooks if n.stem == args.notebook.removesuffix(".ipynb")]
-        if not notebooks:
-            ap.error(f"no notebook named {args.notebook!r} in {args.notebooks_dir}")
+    notebooks = _notebooks(args.notebooks_dir, args.notebook)
+    if args.notebook and not notebooks:
+        ap.error(f"no notebook named {args.notebook!r} in {args.notebooks_dir}")
 
     global _signal
     _signal, began = None, time.perf_counter()
