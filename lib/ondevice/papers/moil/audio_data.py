@@ -235,6 +235,29 @@ def load_audioset(root: str | Path, class_names: list[str]) -> tuple[pd.DataFram
     return pd.DataFrame(rows), waves, np.stack(labels)
 
 
+def _synthetic_source(params: AudioParams):
+    """The synthetic STAND-IN audio set: (clips, class names, ESC-50 -> AudioSet mapping, stand-in
+    text, source name, data record)."""
+    n = params.local_classes + params.global_classes
+    meta, waves = synthetic_clips(n, 8, params.seed)
+    clips = esc50.Clips(meta, "synthetic", "", waves=dict(enumerate(waves)))
+    class_names = [f"stand-in class {i}" for i in range(yamnet.CLASSES)]
+    mapping = {c: [class_names[i] for i in cols] for c, cols in synthetic_mapping(n).items()}
+    stand_in = (
+        "ESC-50 and the published YAMNet (not found on this machine): synthetic tones in noise, "
+        "8 clips per class, and a YAMNet pre-trained on other synthetic clips"
+    )
+    data = [
+        {
+            "name": "synthetic-audio",
+            "license": "generated",
+            "stand_in_for": stand_in,
+            "artifacts": [{"file": "generated in memory", "sha256": "0" * 64, "size": 0}],
+        }
+    ]
+    return clips, class_names, mapping, stand_in, "synthetic stand-in", data
+
+
 def load_data(params: AudioParams, log=print) -> AudioData:
     """Local and global sets as patches. `data="auto"` falls back to the synthetic stand-in only
     when ESC-50 cannot be found (and says so); `data="esc50"` and the paper scale make that an error."""
@@ -252,24 +275,7 @@ def load_data(params: AudioParams, log=print) -> AudioData:
             log(f"ESC-50 or YAMNet unavailable ({exc}); using the synthetic STAND-IN audio set")
             clips = None
     if clips is None:
-        n = params.local_classes + params.global_classes
-        meta, waves = synthetic_clips(n, 8, params.seed)
-        clips = esc50.Clips(meta, "synthetic", "", waves=dict(enumerate(waves)))
-        class_names = [f"stand-in class {i}" for i in range(yamnet.CLASSES)]
-        mapping = {c: [class_names[i] for i in cols] for c, cols in synthetic_mapping(n).items()}
-        stand_in = (
-            "ESC-50 and the published YAMNet (not found on this machine): synthetic tones in noise, "
-            "8 clips per class, and a YAMNet pre-trained on other synthetic clips"
-        )
-        source = "synthetic stand-in"
-        data = [
-            {
-                "name": "synthetic-audio",
-                "license": "generated",
-                "stand_in_for": stand_in,
-                "artifacts": [{"file": "generated in memory", "sha256": "0" * 64, "size": 0}],
-            }
-        ]
+        clips, class_names, mapping, stand_in, source, data = _synthetic_source(params)
     else:
         mapping = esc50.read_mapping()
         source = f"ESC-50 ({clips.source})"
