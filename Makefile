@@ -87,14 +87,14 @@ apt-lists:
 
 export: data ## every personal model as a trainable .tflite in Flex mode (results/SCALE/export/) and every family in builtin mode beside Flex (export/builtin/), with manifests
 	$(PY) -m ondevice.papers.deeptype.export --scale $(SCALE)
-	$(PY) -m ondevice.device.builtin_export --out results/$(SCALE)/export/builtin
+	$(PY) -m ondevice.device.parity --out results/$(SCALE)/export/builtin
 
 export-builtin: setup ## every model family as a trainable .tflite in both modes (builtin ops for ai-edge-litert, and Flex), with manifest.json and a step-time/size comparison
-	$(PY) -m ondevice.device.builtin_export --out results/$(SCALE)/export/builtin
+	$(PY) -m ondevice.device.parity --out results/$(SCALE)/export/builtin
 
 bench: setup ## print step-time ratios, TFLite vs TF, reuse latency, achieved vs GEMM FLOP/s, builtin vs Flex step time and size (not a test)
 	$(PY) -m ondevice.papers.deeptype.bench
-	$(PY) -m ondevice.device.builtin_export --out build/bench-export
+	$(PY) -m ondevice.device.parity --out build/bench-export
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing
 	$(PY) -m ondevice.report.publish --scale $(SCALE) --out site/$(SCALE)

@@ -2,15 +2,17 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras as keras
 
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import common, protocol
+from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
 from ondevice.params import ParameterError
+from ondevice.tasks import Signature, Task
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.trainer import Plateau, Trainer
@@ -116,10 +118,80 @@ def test_bad_parameters_fail_naming_the_parameter(name, value, message):
         exp.Params.for_scale("smoke", **{name: value})
 
 
-def test_fedavg_setting_per_kind():
+def test_fedavg_rounds_and_clients_per_kind():
     p = exp.Params.for_scale("default")
-    assert p.fedavg_setting("text") == (p.fedavg_rounds, p.fedavg_clients)
-    assert p.fedavg_setting("image") == (p.image_fedavg_rounds, p.image_fedavg_clients)
+    assert fedavg_baseline.rounds_and_clients(p, "text") == (p.fedavg_rounds, p.fedavg_clients)
+    assert fedavg_baseline.rounds_and_clients(p, "image") == (p.image_fedavg_rounds, p.image_fedavg_clients)
+    with pytest.raises(ParameterError, match="'text_fedavg_rate_candidates' .*positive"):
+        exp.Params.for_scale("smoke", text_fedavg_rate_candidates=(0.1, -1.0))
+    with pytest.raises(ParameterError, match="'fedavg_epoch_candidates' .*epochs >= 1"):
+        exp.Params.for_scale("smoke", fedavg_epoch_candidates=())
+
+
+# ---- IID FedAvg reaches the centralized loss: a planted least-squares problem -------------------------
+
+
+class LeastSquares(Task):
+    """Half the mean squared error of a linear model's single output: a quadratic with a closed form."""
+
+    signature = Signature(tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.float32))
+
+    def batches(self, data, batch_size, rng):
+        order = rng.permutation(len(data[1])) if rng is not None else np.arange(len(data[1]))
+        for s in range(0, len(order), batch_size):
+            yield data[0][order[s : s + batch_size]], data[1][order[s : s + batch_size]]
+
+    def loss(self, labels, outputs):
+        return 0.5 * tf.reduce_mean(tf.square(outputs[:, 0] - labels))
+
+    def size(self, data):
+        return len(data[1])
+
+
+def test_iid_fedavg_with_sgd_reaches_the_pooled_least_squares_loss_within_the_derived_tolerance():
+    # y = x.w* + noise, IID clients of unequal sizes. Each round every client takes E full-batch gradient
+    # steps of rate lr: w -> A_c w + (I - A_c) w_c, A_c = (I - lr H_c)^E, H_c = X_c'X_c / n_c, w_c the client's
+    # least-squares solution. The example-weighted average has the fixed point w_f = (I - sum p_c A_c)^-1
+    # sum p_c (I - A_c) w_c and contracts towards it by rho = ||sum p_c A_c|| (symmetric) per round; with
+    # H the pooled X'X / n and w_hat the pooled solution, L(w) - L* = (w - w_hat)' H (w - w_hat) / 2. So after
+    # R rounds from w_0: L(w_R) - L* <= lambda_max(H) / 2 (|w_f - w_hat| + rho^R |w_0 - w_f| + float32)^2,
+    # float32: a round's E steps round sums of at most n_c terms each, and every round's error is contracted by rho.
+    rng, sizes, lr, local, rounds = np.random.default_rng(3), [10, 30, 60, 200], 0.3, 3, 60
+    w_star = np.array([1.0, -2.0, 0.5])
+    x = rng.normal(size=(sum(sizes), 3))
+    y = x @ w_star + 0.5 * rng.normal(size=len(x))
+    bounds = np.cumsum([0, *sizes])
+    clients = {
+        f"c{i}": (x[a:b].astype(np.float32), y[a:b].astype(np.float32))
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:]))
+    }
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    trainer = Trainer(model, LeastSquares(), lr, "sgd")
+    w_fed = fedavg(trainer, model.get_weights(), clients, rounds, len(clients), local, max(sizes), seed=0)[0][0][:, 0]
+
+    p = np.array(sizes) / sum(sizes)
+    hessians = [xc.T @ xc / len(xc) for xc in np.split(x, bounds[1:-1])]
+    solutions = [
+        np.linalg.lstsq(xc, yc, rcond=None)[0] for xc, yc in zip(np.split(x, bounds[1:-1]), np.split(y, bounds[1:-1]))
+    ]
+    a = [np.linalg.matrix_power(np.eye(3) - lr * h, local) for h in hessians]
+    mean_a = sum(pc * ac for pc, ac in zip(p, a))
+    w_fixed = np.linalg.solve(
+        np.eye(3) - mean_a, sum(pc * (np.eye(3) - ac) @ wc for pc, ac, wc in zip(p, a, solutions))
+    )
+    h, w_hat = x.T @ x / len(x), np.linalg.lstsq(x, y, rcond=None)[0]
+    rho = float(np.linalg.norm(mean_a, 2))
+    loss = lambda w: 0.5 * float(np.mean((x @ w - y) ** 2))  # noqa: E731
+    rounding = float32_sum_tolerance(max(sizes) * local, float(np.abs(w_fixed).sum())) / (1 - rho)
+    distance = np.linalg.norm(w_fixed - w_hat) + rho**rounds * np.linalg.norm(w_fixed) + rounding
+    tolerance = 0.5 * float(np.linalg.eigvalsh(h).max()) * distance**2
+    assert rho < 0.9 and tolerance < 1e-3 * loss(w_hat)  # IID: the fixed point is the pooled optimum to 0.1%
+    assert loss(w_hat) <= loss(w_fed) <= loss(w_hat) + tolerance
+    # the bound is tight enough to fail on a bug: unweighted averaging (client sizes ignored) would end far outside
+    unweighted = np.linalg.solve(
+        np.eye(3) - np.mean(a, axis=0), np.mean([(np.eye(3) - ac) @ wc for ac, wc in zip(a, solutions)], axis=0)
+    )
+    assert loss(unweighted) > loss(w_hat) + 3 * tolerance
 
 
 # ---- FedAvg and CloudTrain to convergence -----------------------------------------------------------
@@ -180,7 +252,7 @@ def test_converge_fedavg_scores_the_start_and_about_an_epoch_between_evaluations
     clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round: every ceil(5 / 2) = 3 rounds
     evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])
     start = model.get_weights()
-    curve = protocol.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
+    curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
     scored = [p["step"] for p in curve if not np.isnan(p["holdout_loss"])]
     assert scored == [0, 3, 6, 9, 12] and [p["step"] for p in curve if p["kept"]] == [6]
     assert all(np.array_equal(a, b) for a, b in zip(evaluate.scored[0], start))  # round 0: the start
@@ -195,7 +267,7 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     samples = [build_samples(part, vocab, 2) for part in sents]
     validation = common.Validation(("a", "b"), {"a": samples[0], "b": samples[1]}, {"a": samples[2], "b": samples[2]})
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 4, 4, 1), seed=0)
-    loss = protocol.holdout_loss("text", validation)(model)["holdout_loss"]
+    loss = cloud_baselines.holdout_loss("text", validation)(model)["holdout_loss"]
     pooled = build_samples(sents[0] + sents[2] + sents[1] + sents[2], vocab, 2)
     # per part, padded to its own length and summed by TensorFlow, vs pooled and summed by NumPy: the LSTM's
     # gate sums over the longest sample, the softmax's 4 + 1 terms, the log-sum-exp over the vocabulary and
@@ -205,7 +277,7 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     expected = np.log(NextWordTask().evaluate(model, pooled)["perplexity"])
     assert loss == pytest.approx(expected, rel=float32_sum_tolerance(terms, 1.0))
     with pytest.raises(ValueError, match="validation users"):
-        protocol.holdout_loss("text", common.Validation((), {}, {}))
+        cloud_baselines.holdout_loss("text", common.Validation((), {}, {}))
 
 
 def _users_data(sizes):

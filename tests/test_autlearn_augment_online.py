@@ -251,8 +251,8 @@ def classifier():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifier, optimizer):
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+    from ondevice.training.fine_tune import FineTune
+    from ondevice.training.inference_reuse import OnlineTrainer
     from ondevice.training.trainer import Trainer
 
     model, task, x, y = classifier
@@ -280,8 +280,8 @@ def test_online_update_from_the_cache_equals_the_plain_last_layer_step(classifie
 
 
 def test_stream_predicts_before_learning_and_updates_once_per_full_buffer(classifier):
-    from ondevice.papers.autlearn.protocol import stream_pass
-    from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
+    from ondevice.papers.autlearn.online_learning import stream_pass
+    from ondevice.training.inference_reuse import OnlineTrainer
 
     model, task, x, y = classifier
     start = model.get_weights()
@@ -437,3 +437,37 @@ def test_text_ablation_is_explained_by_extra_steps_only_when_copies_do_as_well()
     why = ab.text_diagnosis(summary)
     assert why.section == ab.SECTION and "EDA's sentences" in why.text and "+20.0% (first seed)" in why.text
     assert ab.text_diagnosis(ab.table(params, ab.text_rows(params, a3, a3.assign(top1=[0.1, 0.2, 0.1, 0.2])))) is None
+
+
+# ---- the augmentation's strength, chosen on validation writers (augment_choice) ------------------------
+
+
+def test_augmentation_strength_is_chosen_on_validation_writers_only(writers):
+    """Every candidate scale is scored on the validation writers (a reference without augmentation
+    beside it), the test writers' data cannot change the choice, the chosen scale is the best one
+    and sets each operation's strength (capped at 1), and the public weights are restored."""
+    from ondevice.papers.autlearn import augment_choice
+    from ondevice.papers.autlearn.common import ImageData, Validation
+    from ondevice.papers.autlearn.techniques.image_augment import STRENGTH
+
+    images, pre = writers
+    params = _ablation_params(image_strength_candidates=(0.5, 30.0))
+    val = Validation(
+        ("w1", "w2"), {u: images.train[u] for u in ("w1", "w2")}, {u: images.test[u] for u in ("w1", "w2")}
+    )
+
+    def choose(test_writer):
+        data = ImageData(None, [], (test_writer,), images.train, images.test, 3, val)
+        return augment_choice.choose_strength(params, data, pre, lambda *a: None)
+
+    chosen, table = choose("w3")
+    assert table.strength_scale.tolist() == [0.5, 30.0, 0.0] and table.chosen.tolist()[2] is False
+    scores = table["validation mean top-1"].to_numpy()
+    best = 0 if scores[0] >= scores[1] else 1  # ties go to the weaker
+    assert chosen.image_strength == table.strength_scale[best] and table.chosen[best]
+    assert scores[2] == augment_choice._validation_top1(params, ImageData(None, [], (), {}, {}, 0, val), pre, 0.0)
+    assert all(np.array_equal(a, b) for a, b in zip(pre.model.get_weights(), pre.weights))
+    again, other = choose("w1")  # another test writer: the same table
+    assert again == chosen and other["validation mean top-1"].tolist() == scores.tolist()
+    assert augment_choice.strengths(params, 30.0)["rotation"] == 1.0  # 30 x 0.05 capped
+    assert augment_choice.strengths(params, 0.5) == {op: s * 0.5 for op, s in STRENGTH.items()}

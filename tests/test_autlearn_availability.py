@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from ondevice.device import availability as av
-from ondevice.device import tflite
+from ondevice.device import device_profile, tflite
 from ondevice.models import lstm_lm
 from ondevice.papers.autlearn.experiments import autlearn_availability as ex
-from ondevice.papers.deeptype import export as device_export
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.step import Step
 
 WINDOWS = np.array([[0.0, 100.0], [200.0, 260.0], [1000.0, 2000.0]])
 
@@ -111,8 +111,8 @@ def test_device_profile_is_a_runner_log_the_extrapolation_reads(flash_times, tmp
     profile = av.device_profile(flash_times["redmi_note8"], config, 16, 8.0)
     path = tmp_path / "redmi.json"
     path.write_text(json.dumps(profile))
-    loaded = device_export.load_device_profile(path)
-    e = device_export.extrapolate_seconds(loaded, 100, 16.0)
+    loaded = device_profile.load_device_profile(path)
+    e = device_profile.extrapolate_seconds(loaded, 100, 16.0)
     assert e["label"] == "extrapolated" and e["device"] == "Xiaomi Redmi Note 8"
     assert e["seconds"] == pytest.approx(100 * 2 * profile["steady_step_seconds"])
 
@@ -131,7 +131,7 @@ def _module_and_batches(optimizer: str, steps: int = 6):
         (rng.integers(1, 40, (4, n), dtype=np.int32), rng.integers(1, 30, (4, n), dtype=np.int32))
         for n in rng.integers(3, 8, steps)
     ]
-    return model, task, tflite.convert(tflite.TrainableModel(model, task, 0.5, optimizer)), batches
+    return model, task, tflite.convert(Step(model, task, 0.5, optimizer)), batches
 
 
 @pytest.fixture(scope="module")
@@ -175,9 +175,12 @@ def test_train_across_windows_checks_the_schedule(sgd, tmp_path):
         ({"variant": "half"}, "variant"),
         ({"epochs_grid": (1, 2)}, "epochs_grid"),
         ({"trace_source": "csv"}, "trace_source"),
-        ({"trace_home_wifi": 1.5}, "trace_home_wifi"),
+        ({"trace": {"home_wifi": 1.5}}, r"trace\.home_wifi"),
         ({"resume_schedule": (3,)}, "resume_schedule"),
-        ({"trace_model_weights": (1.0,)}, "trace_model_weights"),
+        ({"trace": {"model_weights": (1.0,)}}, r"trace\.model_weights"),
+        ({"trace": {"bedtime": "late"}}, r"trace\.bedtime"),
+        ({"trace": {"home_wif": 0.5}}, r"\['home_wif'\] in 'trace'"),
+        ({"trace_home_wifi": 0.5}, r"\['trace_home_wifi'\]"),
         ({"unknown_phone": "pixel"}, "unknown_phone"),
         ({"trace_source": "flash", "trace_file": "/no/such/file"}, "trace_file"),
     ],

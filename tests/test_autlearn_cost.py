@@ -120,6 +120,19 @@ def test_search_stops_at_the_accuracy_budget():
     assert first is model and len(rounds) == 1 and not rounds[0].within_budget
 
 
+def test_search_without_a_round_cap_goes_on_while_the_budget_allows():
+    # accuracy never falls: with max_rounds = 0 rounds go on until the layer keeps one unit (12 -> 6 -> 3 ->
+    # 1 at step 0.5), each re-trained; a cap of 1 stops after the first
+    retrained = []
+    best, rounds, _ = pruning.search(
+        small_lstm(), lambda m: 0.5, retrained.append, step=0.5, max_rounds=0, layers=["lstm_2"], log=lambda *_: None
+    )
+    assert [r.width_after for r in rounds] == [6, 3, 1] and len(retrained) == 3
+    assert all(r.within_budget for r in rounds) and pruning.width(best.get_layer("lstm_2")) == 1
+    capped = pruning.search(small_lstm(), lambda m: 0.5, lambda m: None, step=0.5, max_rounds=1, layers=["lstm_2"])
+    assert len(capped[1]) == 1
+
+
 def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
     model = small_lstm()
     sparse = magnitude_pruning.prune(model, 0.5)
@@ -132,7 +145,7 @@ def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
 
 @pytest.mark.slow(reason="the same steps through every compiler path, TFLite conversions included")
 def test_compiler_paths_give_the_same_loss_for_the_same_steps():
-    from ondevice.papers.autlearn import protocol
+    from ondevice.papers.autlearn import step_timing
     from ondevice.papers.autlearn.experiments import autlearn_cost as exp
 
     params = exp.Params.for_scale("smoke", 0)
@@ -143,7 +156,7 @@ def test_compiler_paths_give_the_same_loss_for_the_same_steps():
     for path in exp.PATHS:
         model = small_lstm(seed=3)
         model.set_weights(start)
-        step = protocol.step_function(params, "text", path, model, "softmax")
+        step = step_timing.step_function(params, "text", path, model, "softmax")
         losses[path] = [step(x, y), step(x, y)]  # the second loss shows the first update agreed too
     assert losses["tensorflow"][1] < losses["tensorflow"][0]
     # other compilers' kernels: a loss sums the 2 LSTM layers' gate terms over the 6 steps, the softmax's 12 + 1,
@@ -205,7 +218,7 @@ def test_counted_work_beside_time_reads_each_claims_flops():
 def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count():
     import time as _time
 
-    from ondevice.papers.autlearn import protocol
+    from ondevice.papers.autlearn import step_timing
 
     calls = []
 
@@ -214,6 +227,6 @@ def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count()
         _time.sleep(0.05 if 6 <= len(calls) <= 7 else 0.001)
 
     batches = [(np.zeros((2, 3)), None), (np.zeros((2, 3)), None)]
-    per_step, timed = protocol.time_steps(step, batches, timing_steps=2, warmup_steps=2, repeats=5)
+    per_step, timed = step_timing.time_steps(step, batches, timing_steps=2, warmup_steps=2, repeats=5)
     assert len(calls) == 2 + 5 * 2 and timed == 2  # one shape warmed up twice, then 5 passes of 2 steps
     assert per_step < 0.02  # the slow pass (0.05 s per step) is not the median

@@ -1,6 +1,7 @@
 """AutLearn's shared layer: the Sent140 and FEMNIST readers, the top-users rule, the privacy
 invariant (no personal token reaches the cloud side) and the on-device last-layer step."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -191,7 +192,9 @@ def test_image_head_step_equals_last_layer_hook_on_the_whole_model():
     via_head = step.model.get_weights()
     pre.model.set_weights(pre.weights)
     hook = Trainer(pre.model, common.image_task(), 0.5, "sgd", hooks=[protocol.last_layer("image")])
-    assert [v.name for v in hook.variables] == [v.name for v in pre.model.get_layer("logits").trainable_variables]
+    assert [v.name for v in hook.variables_to_train] == [
+        v.name for v in pre.model.get_layer("logits").trainable_variables
+    ]
     hook.step(x, y)
     whole = pre.model.get_weights()
     changed = [i for i, (a, b) in enumerate(zip(pre.weights, whole)) if not np.array_equal(a, b)]
@@ -225,10 +228,11 @@ def test_text_step_trains_only_the_softmax(speeches, tmp_path, monkeypatch):
     assert 0 <= scores["top1"] <= 1 and 0 <= scores["top_k_eff"] <= 1
 
 
-def test_rate_is_chosen_on_validation_users_only():
-    """Each candidate is scored on the validation writers; the test writers' data cannot change the
-    choice; the public model's weights are restored; a rate that learns their labels wins."""
-    params = tiny(image_personal_epochs=3, image_rate_candidates=(1e-6, 0.05))
+def test_rate_and_epochs_are_chosen_on_validation_users_only():
+    """Each (epochs, rate) candidate is scored on the validation writers; the test writers' data cannot
+    change the choice; the public model's weights are restored; a rate that learns their labels wins,
+    with the fewest epochs that reach it; a pair scored within one longer run equals its own run."""
+    params = tiny(image_rate_candidates=(1e-6, 0.05), image_epoch_candidates=(3, 1))
     pre = common.pretrained_image(params, None, lambda *a: None)
     rng = np.random.default_rng(0)
     writer = lambda label, n: (rng.random((n, 28, 28, 1), dtype=np.float32), np.full(n, label, np.int32))
@@ -240,16 +244,31 @@ def test_rate_is_chosen_on_validation_users_only():
         data = common.ImageData(
             None, [], ("t1",), {"t1": writer(test_label, 24)}, {"t1": writer(test_label, 8)}, 3, val
         )
-        return protocol.choose_rate(params, "image", data, pre, lambda *a: None)
+        return protocol.choose_step(params, "image", data, pre, lambda *a: None)
 
     chosen, table = choose(7)
-    assert chosen.image_personal_learning_rate == 0.05  # learns class 5 of the validation writers
-    assert list(table.learning_rate) == [1e-6, 0.05, 0.0] and table.chosen.tolist() == [False, True, False]
-    assert table["validation mean top-1"].iloc[1] == 1.0 and table.validation_users.iloc[0] == 2
+    assert list(zip(table.epochs, table.learning_rate)) == [(1, 1e-6), (1, 0.05), (3, 1e-6), (3, 0.05), (0, 0.0)]
+    best = table[table.chosen].iloc[0]
+    assert (
+        best.learning_rate == 0.05 and best["validation mean top-1"] == 1.0
+    )  # learns class 5 of the validation writers
+    assert (chosen.image_personal_learning_rate, chosen.image_personal_epochs) == (0.05, best.epochs)
+    one_epoch = table[(table.epochs == 1) & (table.learning_rate == 0.05)]["validation mean top-1"].iloc[0]
+    assert best.epochs == (1 if one_epoch == 1.0 else 3)  # ties go to fewer epochs
+    assert table.validation_users.iloc[0] == 2
     assert all(np.array_equal(a, b) for a, b in zip(pre.model.get_weights(), pre.weights))
     again, other = choose(11)  # other test writers: the same table
     assert again == chosen and other["validation mean top-1"].tolist() == table["validation mean top-1"].tolist()
-    kept, empty = protocol.choose_rate(
+    # epoch 1 inside the 3-epoch run scores as a run of 1 epoch alone (the batches do not look ahead), and
+    # the head's top-1 on the features is the whole model's
+    step = protocol.PersonalTrainer(dataclasses.replace(params, image_personal_learning_rate=0.05), "image", pre.model)
+    alone = []
+    for u in val.users:
+        rows = step.fit(pre.weights, val.train[u], streams.rng(params.seed, f"validation/image/{u}"), 1, val.test[u])
+        assert rows[-1]["top1"] == common.score_image(pre.model, val.test[u])["top1"]
+        alone.append(rows[-1]["top1"])
+    assert np.mean(alone) == one_epoch
+    kept, empty = protocol.choose_step(
         tiny(image_rate_candidates=()), "image", common.ImageData(None, [], (), {}, {}, 0, val), pre, lambda *a: None
     )
     assert kept.image_personal_learning_rate == tiny().image_personal_learning_rate and empty.empty

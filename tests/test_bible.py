@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from ondevice.data import bible, manifests, user_text
+from ondevice.data import bible, manifests, per_user_text, user_text
 from ondevice.papers.deeptype import common
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
@@ -38,8 +38,8 @@ def test_malformed_verse_names_file_and_line(tmp_path):
 def test_far_corpus_shares_users_and_split_but_not_text_or_vocabulary(speeches):
     params = Params.for_scale("smoke")
     quiet = lambda _: None
-    crowd = common.load_corpus(params, speeches, quiet)
-    far = common.load_corpus(params, speeches, quiet, global_text="bible")
+    crowd = per_user_text.load_corpus(params, speeches, quiet)
+    far = per_user_text.load_corpus(params, speeches, quiet, global_text="bible")
     assert far.split == crowd.split and far.users is not crowd.users and far.users == crowd.users
     assert far.global_text == "bible" and far.global_manifest.name == "bible"
     assert far.vocab != crowd.vocab and "lord" in far.vocab.words
@@ -49,11 +49,11 @@ def test_far_corpus_shares_users_and_split_but_not_text_or_vocabulary(speeches):
 
 def test_held_out_global_text_is_disjoint_from_training_text():
     sents = [[f"w{i}", "x"] for i in range(1000)]
-    train, held = common._global_text(sents, 300, 600, common.streams.rng(0, "t"))
+    train, held = per_user_text._global_text(sents, 300, 600, common.streams.rng(0, "t"))
     assert sum(map(len, held)) == 300 and sum(map(len, train)) == 600
     assert not {s[0] for s in train} & {s[0] for s in held}
     assert train == sorted(train, key=lambda s: int(s[0][1:]))  # corpus order kept
-    everything, none = common._global_text(sents, 0, 0, common.streams.rng(0, "t"))
+    everything, none = per_user_text._global_text(sents, 0, 0, common.streams.rng(0, "t"))
     assert everything == sents and none == []
 
 

@@ -1,3 +1,4 @@
+import io
 import math
 
 import numpy as np
@@ -291,3 +292,41 @@ def test_the_interval_resamples_seeds_too_so_a_shift_shared_by_a_seeds_users_wid
     assert r["ci_low"] < 0.05 and r["ci_high"] > 0.15
     one = claims.paired_effect(better[1:2], worse[1:2], np.random.default_rng(1), n_boot=2000)
     assert one["ci_low"] == pytest.approx(0.1) and one["ci_high"] == pytest.approx(0.1)
+
+
+def test_a_diagnosis_carries_its_kind_and_the_count_of_rows_ours_to_fix_reads_it():
+    measured = {
+        "close to the paper": scaled(1.5),  # agrees: never counted
+        "ten times the paper": scaled(3.0),  # flagged, diagnosed by the data
+        "the other sign, explained": scaled(0.9),  # flagged, diagnosed but the cause is ours
+        "a third of the paper, noisy": scaled(1.05, n=6, noise=0.2, seed=3),  # agrees
+        "the paper sees nothing": scaled(1.02),  # flagged, no diagnosis
+    }
+    why = {
+        "ten times the paper": claims.Diagnosis("users hold 800 words", "Vocabulary", claims.Kind.DATA),
+        "the other sign, explained": claims.Diagnosis("our step size", "Ablation"),  # open unless it says otherwise
+        "close to the paper": claims.Diagnosis("a reading", "Readings", "paper read two ways"),
+    }
+    effects = claims.effects_table(AUDITED, measured, np.random.default_rng(0), n_boot=500, diagnoses=why)
+    kinds = effects.set_index("effect")["diagnosis kind"].to_dict()
+    assert kinds == {
+        "close to the paper": "paper read two ways",
+        "ten times the paper": "data",
+        "the other sign, explained": "open",
+        "a third of the paper, noisy": "",
+        "the paper sees nothing": "",
+    }
+    rows = effects.to_dict("records")
+    assert [claims.flagged_kind(r) for r in rows] == [None, "data", "open", None, "unexplained"]
+    counts = claims.kind_counts(rows)
+    assert counts["data"] == 1 and counts["open"] == 1 and counts["unexplained"] == 1 and counts["scale"] == 0
+    assert counts["ours to fix"] == 2
+    assert claims.kinds_text(rows) == (
+        "**2 of 3 flagged rows are ours to fix** (1 with an open diagnosis, 1 unexplained); the others name a cause "
+        "outside our implementation: data 1."
+    )
+    # as publish reads effects.csv: empty cells come back as NaN, an old table has no kind column (open)
+    stored = pd.read_csv(io.StringIO(effects.drop(columns="diagnosis kind").to_csv(index=False))).to_dict("records")
+    assert claims.kind_counts(stored)["ours to fix"] == 3
+    with pytest.raises(ValueError, match="not a valid Kind"):
+        claims.Diagnosis("x", "", "mine")

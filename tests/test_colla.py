@@ -292,4 +292,4 @@ def test_customization_can_remove_at_most_the_fc_share_of_a_prediction():
     note = colla_cost.fc_share(params, SimpleNamespace(places=40), pd.DataFrame({"places_held": [3, 5, 9]}))
     share = f"{(full - lstm_only) / full:.0%}"
     assert note.text.startswith(f"the FC over all 40 places is {share} of a prediction's FLOPs")
-    assert "a device holds a median 5 in its last cycle" in note.text
+    assert "a device holds a median 5 in its last cycle" in note.text and note.kind.value == "data"

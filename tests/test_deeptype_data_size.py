@@ -46,7 +46,7 @@ def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, mo
     assert 1 <= first.info["kept_epoch"] <= len(epochs) <= params.size_epochs
     assert all(np.isfinite(e["holdout_loss"]) and e["steps"] > 0 for e in epochs)
     # the stored scores of the kept epoch are those of the stored weights
-    model = exp.common.build_model(params, corpus, params.seed)
+    model = exp.typing_protocol.build_model(params, corpus, params.seed)
     model.set_weights(first.weights)
     task, kept = NextWordTask(params.k), epochs[first.info["kept_epoch"] - 1]
     for user, samples in sets.evaluation.items():
@@ -115,9 +115,12 @@ def test_a_flagged_size_effect_is_diagnosed_with_kept_epochs_and_the_baseline():
         f"{exp.BASELINE} on the same words 0.300 -> 0.310 (+3.3%); the LSTM on 50 words 0.432 against the "
         f"{exp.BASELINE}'s 0.300"
     )
-    assert table.section[1] == exp.SECTION
-    assert "10 words kept epoch 13 of 13 (epoch cap)" in exp.diagnosis(
-        {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}, stops, base, _points(), 10, 50
+    assert table.section[1] == exp.SECTION and table["diagnosis kind"].tolist() == ["", "open"]
+    assert (
+        "10 words kept epoch 13 of 13 (epoch cap)"
+        in exp.diagnosis(
+            {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}, stops, base, _points(), 10, 50
+        ).text
     )
 
 

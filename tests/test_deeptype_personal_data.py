@@ -5,15 +5,17 @@ from the same global weights and sees the same batches."""
 import numpy as np
 import pytest
 
+from ondevice.data import per_user_text
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
 from ondevice.params import ParameterError
+from ondevice.tasks import typing_protocol
 
 
-class Shared(common.DeepTypeParams):
+class Shared(typing_protocol.DeepTypeParams):
     """Only the fields every DeepType notebook shares, at their shared presets."""
 
-    PRESETS = common.PRESETS
+    PRESETS = typing_protocol.PRESETS
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def run(speeches, tmp_path_factory):
         result = exp.run(params, speeches=speeches, log=lambda _: None)
         # the shared fields alone find the very same global model in the cache
         plain = Shared.for_scale("smoke", seeds=1)
-        corpus = common.load_corpus(plain, speeches, log=lambda _: None)
+        corpus = per_user_text.load_corpus(plain, speeches, log=lambda _: None)
         shared = common.train_global(plain, corpus, log=lambda _: None)
     return params, result, calls, shared, corpus
 

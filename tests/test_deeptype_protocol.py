@@ -6,6 +6,7 @@ personal stage creates is the personal one. Also: the global model keeps its old
 import numpy as np
 import pytest
 
+from ondevice.data import per_user_text
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt_exp
 from ondevice.papers.deeptype.experiments import deeptype_online as online_exp
@@ -13,7 +14,8 @@ from ondevice.papers.deeptype.experiments import deeptype_online_latency as late
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as data_exp
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as top3_exp
 from ondevice.papers.deeptype.experiments import energy_governors as energy_exp
-from ondevice.training import trainer as trainer_module
+from ondevice.tasks import typing_protocol
+from ondevice.training import step as step_module
 
 GLOBAL = dict(
     optimizer="adam", global_learning_rate=0.00123, global_clip_norm=7.0, crowd_max_words=3000, global_epochs=1
@@ -30,26 +32,26 @@ def params_of(module, **extra):
 def created(monkeypatch):
     """(optimizer name, learning rate, clipping norm) of every optimizer created while the test runs."""
     made = []
-    for name, cls in list(trainer_module.OPTIMIZERS.items()):
+    for name, cls in list(step_module.OPTIMIZERS.items()):
 
         def make(lr, n=name, c=cls, **kw):
             made.append((n, lr, kw.get("global_clipnorm")))
             return c(lr, **kw)
 
-        monkeypatch.setitem(trainer_module.OPTIMIZERS, name, make)
+        monkeypatch.setitem(step_module.OPTIMIZERS, name, make)
     return made
 
 
 @pytest.fixture(scope="module")
 def setup(speeches):
     params = params_of(top3_exp)
-    corpus = common.load_corpus(params, speeches, log=lambda _: None)
+    corpus = per_user_text.load_corpus(params, speeches, log=lambda _: None)
     return corpus, common.train_global(params, corpus, log=lambda _: None)
 
 
 def test_the_global_model_trains_with_the_global_fields(speeches, created):
     params = params_of(top3_exp, crowd_max_words=2000)  # another cache entry: trained here
-    common.train_global(params, common.load_corpus(params, speeches, log=lambda _: None), log=lambda _: None)
+    common.train_global(params, per_user_text.load_corpus(params, speeches, log=lambda _: None), log=lambda _: None)
     assert created == [("adam", 0.00123, 7.0)]
 
 
@@ -57,15 +59,15 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     corpus, models = setup
     params = params_of(top3_exp, sgd_lr_grid=(0.0789,), adam_lr_grid=())
     corpora, both = {"crowd": corpus, "far": corpus}, {"crowd": models, "far": models}
-    rows = top3_exp.personalize(params, corpora, both, None, log=lambda _: None)
-    rows += top3_exp.control(params, corpora, both, rows, log=lambda _: None)
+    rows = top3_exp.personalize(params, corpora, both, None, "continued", log=lambda _: None)
+    rows += top3_exp.control(params, corpora, both, "continued", log=lambda _: None)
     assert created and set(created) == {MINE}
     created.clear()
     top3_exp.select_personal(params, corpora, both, log=lambda _: None)  # the tuned deviation: its candidates
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.tflite,
+        top3_exp.parity,
         "parity_table",
         lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )
@@ -129,7 +131,7 @@ def test_global_stopping_rule_is_the_old_one(speeches):
     `global_min_improvement` (relative), stops after `global_patience` epochs without, and reports
     the epoch of the lowest hold-out loss (as the hand-written loop did)."""
     params = params_of(top3_exp, crowd_max_words=2000, global_epochs=4, global_min_improvement=0.2)
-    corpus = common.load_corpus(params, speeches, log=lambda _: None)
+    corpus = per_user_text.load_corpus(params, speeches, log=lambda _: None)
     entry = common.global_model(params, corpus, params.seed, log=lambda _: None)
     losses = [h["holdout_loss"] for h in entry.info["history"]]
     kept, reference, waited = 1, losses[0], 0
@@ -142,7 +144,7 @@ def test_global_stopping_rule_is_the_old_one(speeches):
     assert len(losses) == params.global_epochs or entry.info["plateau"]
     assert entry.info["best_epoch"] == int(np.argmin(losses)) + 1
     assert common.kept_epoch(entry.info) == kept  # what the model-cache table reports as kept_epoch
-    model = common.build_model(params, corpus, params.seed)
+    model = typing_protocol.build_model(params, corpus, params.seed)
     model.set_weights(entry.weights)
     task = common.task(params)
     # one code path: global training scored each epoch with this evaluation, and the kept weights are returned

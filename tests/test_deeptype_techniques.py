@@ -7,13 +7,14 @@ import pytest
 
 from numerics import assert_close_float32, float32_sum_tolerance, lstm_terms
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Vocabulary, build_samples, sentences
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.models import svd_compression as svd
+from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import bucketing as bk
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer
 
 TEXT = (
@@ -131,13 +132,13 @@ def test_combined_variant_trains_exports_and_matches_tflite(setup):
     data = vmap.remap(samples)
     hooks = [FineTune(), bk.EqualLength()]
     trainer = Trainer(model, task, 1e-2, hooks=hooks, warmup_steps=1)
-    assert {v.name.split("/")[0] for v in trainer.variables} == {"softmax"}
+    assert {v.name.split("/")[0] for v in trainer.variables_to_train} == {"softmax"}
     frozen = model.get_layer("softmax_svd").get_weights()[0].copy()
     history = trainer.fit(data, 1, 4, np.random.default_rng(2))
     assert np.isfinite(history[0]["loss"]) and history[0]["steps"] >= len(np.unique(data.lengths))
     np.testing.assert_array_equal(model.get_layer("softmax_svd").get_weights()[0], frozen)
     batches = list(hooks[1].batches(task, data, 4, np.random.default_rng(3)))[:3]
-    check = tflite.compare_training(model, task, 1e-2, batches, hooks=hooks)
+    check = parity.compare_flex(model, task, 1e-2, batches, hooks=hooks)
     # TensorFlow vs TFLite kernels: a loss sums the 2 LSTM layers' gate terms over the batch's length, the
     # factored softmax's 12 then 3 + 1 terms, the log-sum-exp over the kept words and the mean over positions.
     # The outputs after the 3 steps add each step's gradient error (as long a chain again) on how far
@@ -164,9 +165,9 @@ def test_svd_retraining_is_cached(setup, tmp_path, monkeypatch):
         rng_factory=lambda: np.random.default_rng(0),
         log=lambda *_: None,
     )
-    first = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
-    again = svd.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
-    other = svd.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
+    first = svd_retrain.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    again = svd_retrain.retrain_global(model, "base", 3, samples, NextWordTask(3), **kwargs)
+    other = svd_retrain.retrain_global(model, "base", 4, samples, NextWordTask(3), **kwargs)
     assert not first.hit and again.hit and not other.hit
     for a, b in zip(first.weights, again.weights):
         np.testing.assert_array_equal(a, b)
@@ -183,8 +184,8 @@ def test_svd_retraining_to_a_plateau_records_the_untrained_epoch_and_keeps_the_b
     training = dict(epochs=4, batch_size=8, learning_rate=1e-2, optimizer="adam", clip_norm=5.0, log=lambda *_: None)
     rng = lambda: np.random.default_rng(0)  # noqa: E731
     with pytest.raises(ValueError, match="held-out"):
-        svd.retrain_global(model, "base", 3, samples, task, rng_factory=rng, stop=Plateau(1), **training)
-    entry = svd.retrain_global(
+        svd_retrain.retrain_global(model, "base", 3, samples, task, rng_factory=rng, stop=Plateau(1), **training)
+    entry = svd_retrain.retrain_global(
         model, "base", 3, samples, task, rng_factory=rng, holdout=samples, stop=Plateau(1), **training
     )
     history = entry.info["history"]

@@ -31,20 +31,25 @@ def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
         first.tables["users"].drop(columns=timing), second.tables["users"].drop(columns=timing), check_exact=True
     )
     pd.testing.assert_frame_equal(first.tables["effects"], second.tables["effects"], check_exact=True)
+    for name in ("step_size", "planted_curve"):  # the new stages are as deterministic
+        pd.testing.assert_frame_equal(first.tables[name], second.tables[name], check_exact=True)
 
 
 def test_one_row_per_user_condition_and_seed(two_runs):
     result, _ = two_runs
     users = result.tables["users"]
     split = result.artifacts["split.json"]
-    assert set(users.condition) == set(exp.CONDITIONS)  # smoke: the tuned choice (Adam) is not the paper's
+    assert set(users.condition) == {*exp.CONDITIONS, exp.P_OTHER}  # smoke: the tuned choice (Adam) is not the paper's
     assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
     assert sorted(users.seed.unique()) == [0, 1] and set(users.user) == set(split["test"])
     assert set(users.user).isdisjoint(split["validation"])
     assert users.top_k_eff.between(0, 1).all()
     wide = users.pivot_table(index=["seed", "user"], columns="condition", values="steps")
-    # the control trains exactly as many steps as personalization kept (up to its kept epoch)
-    assert (wide[exp.CONTROL] == wide[exp.P_CROWD]).all() and (wide[exp.G_CROWD] == 0).all()
+    # the control trains five personal epochs of the median test user: the same steps for all, never 0
+    # (the step count itself: test_deeptype_planted)
+    control = wide[exp.CONTROL]
+    assert control.nunique() == 1 and control.iloc[0] > 0 and control.iloc[0] % result.params["personal_epochs"] == 0
+    assert (wide[exp.G_CROWD] == 0).all()
     trained = users[users.condition.isin([exp.P_CROWD, exp.P_FAR, exp.P_ONLY])]
     assert (trained.steps_run > 0).all() and (trained.steps <= trained.steps_run).all()
     assert trained.kept_epoch.between(0, result.params["personal_epochs"]).all()
@@ -55,7 +60,9 @@ def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(two_runs):
     result, _ = two_runs
     users, curves = result.tables["users"], result.tables["personal_curves"]
     keys = ["seed", "user", "condition"]
-    assert set(curves.condition) == {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED} & set(users.condition)
+    assert set(curves.condition) == {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED, exp.P_OTHER} & set(
+        users.condition
+    )
     for key, curve in curves.groupby(keys):
         curve = curve.sort_values("epoch")
         assert list(curve.epoch) == list(range(len(curve)))  # epoch 0 (the start), then each epoch run
@@ -115,6 +122,21 @@ def test_user_groups_are_quartiles_by_training_words(n, sizes):
     assert groups["u0"] == "heavy" and groups[f"u{n - 1}"] == "light"
 
 
+def test_step_size_readings_and_the_planted_control(two_runs):
+    result, _ = two_runs
+    steps = result.tables["step_size"]
+    assert len(steps) == 4 and steps.groupby("reading").chosen.all().sum() == 1  # 2 readings x (dose 0, dose*)
+    assert steps.kept_epoch_0.between(0, 1).all()
+    curve, users = result.tables["planted_curve"].set_index("dose"), result.tables["users"]
+    assert list(curve.index) == list(result.params["planted_doses"]) and (curve.users == 2).all()
+    # dose 0 is the main rows: the same global and personalized scores
+    main = users[users.condition.isin([exp.G_CROWD, exp.P_CROWD])].groupby(["condition", "seed"]).top_k_eff.median()
+    assert np.isclose(curve.loc[0.0, "top_k_eff_global"], main[exp.G_CROWD].mean())
+    assert np.isclose(curve.loc[0.0, "top_k_eff_personal"], main[exp.P_CROWD].mean())
+    assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
+    assert result.tables["planted_verdict"].text.iloc[0].startswith("**Planted-signal control")
+
+
 def test_bad_parameters_name_the_field():
     from ondevice.params import ParameterError
 
@@ -130,7 +152,7 @@ def test_sensitivity_switches_each_choice_back_once(two_runs):
     result, _ = two_runs
     table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
     labels = [label for label, _ in exp.sensitivity.SWITCHES.values()]
-    assert list(table.protocol) == ["this protocol", *labels, "validation choice"]  # smoke runs the tuned row
+    assert list(table.protocol) == ["this protocol", *labels, "validation choice", "other step-size reading"]
     assert table["ci low"].le(table["our change"]).all() and table["our change"].le(table["ci high"]).all()
     fixed = table.set_index("protocol").loc["fixed personal epochs, no per-user hold-out"]
     assert fixed.median_kept_epoch == result.params["personal_epochs"]  # no hold-out: every epoch is kept

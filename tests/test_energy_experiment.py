@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ondevice.device.energy.study import hardware_note
 from ondevice.papers.deeptype.experiments import energy_governors as exp
 from ondevice.params import ParameterError
 from test_energy_governors import make_tree, settings
@@ -84,12 +85,13 @@ def test_every_number_is_labelled_and_the_headline_is_measured(measured_run):
     # the combined-optimisation row names the one optimisation run and quotes the fine-tuning row's changes
     tune = f"changes training time {effects['our change'][1]:+.0%} here, the paper's {effects['paper change'][1]:+.0%}"
     assert effects.diagnosis[0].startswith("ours optimises by fine-tuning alone") and tune in effects.diagnosis[0]
+    assert effects["diagnosis kind"].tolist() == ["open", ""]  # the optimisations we leave out are ours to add
     assert set(result.tables["direction_claims"].meter) == {"rapl", "modelled"}
     backends = result.tables["backends"].set_index("meter")
     assert (
         backends.loc["rapl", "used for"] == "headline" and backends.loc["modelled", "used for"] == "reported beside it"
     )
-    assert "Ran on real hardware in this run**: cpufreq, rapl" in exp.hardware_note(result)
+    assert "Ran on real hardware in this run**: cpufreq, rapl" in hardware_note(result)
     accuracy = result.tables["accuracy"]
     assert len(accuracy) == 2 and accuracy.top_k_eff_fine_tune.between(0, 1).all()
 

@@ -43,10 +43,11 @@ def smoke_jobs(speeches):
     personal steps each from a global model trained once here, passed to the jobs as weights.
     (deeptype_common loads TensorFlow, so it is imported here, not at the top: the job processes
     that run the small jobs below import this module, and need not load it.)"""
+    from ondevice.data import per_user_text
     from ondevice.papers.deeptype import common, scaleout_bench
 
     params = scaleout_bench.bench_params("smoke", 0, seeds=1, crowd_max_words=4000)
-    corpus = common.load_corpus(params, speeches, log=lambda *_: None)
+    corpus = per_user_text.load_corpus(params, speeches, log=lambda *_: None)
     models = common.train_global(params, corpus, log=lambda *_: None)
     users = list(corpus.split.test) + list(corpus.split.validation)[:1]  # 3 jobs: a worker runs two
     jobs, shared = scaleout_bench.personal_jobs(params, corpus, models, users)

@@ -1,4 +1,4 @@
-"""On-device artifacts: the reuse export trains through the TFLite interpreter as in TensorFlow,
+"""On-device artifacts: the reuse export (its training against TensorFlow's: test_step_parity.py)
 round-trips through save/restore, its Flex ops are inventoried, and the standalone runner
 personalises an exported file from a user data file and writes a timing log (a device profile)."""
 
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
-from numerics import assert_close_float32, lstm_terms
 from ondevice import REPO_ROOT
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device import device_profile, tflite, tflite_reuse
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import export
-from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype import export, protocol
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
+from ondevice.training.step import Step
 from ondevice.training.trainer import seed_everything
 
 
@@ -31,48 +31,10 @@ def exported():
     samples = build_samples(sents, vocab, 4)
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=0)
     task = NextWordTask()
-    flatbuffer = tflite.convert(
-        inference_reuse.ReuseTrainableModel(model, task, 0.05), inference_reuse.REUSE_SIGNATURES
-    )
-    data = export.user_batches(samples, 16)
+    flatbuffer = tflite.convert(inference_reuse.OnlineTrainer(model, task, 0.05), tflite.REUSE_SIGNATURES)
+    data = protocol.user_batches(samples, 16)
     batches = [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
     return model, task, flatbuffer, data, batches
-
-
-def test_train_from_cache_losses_match_tensorflow(exported):
-    model, task, flatbuffer, _, batches = exported
-    start = model.get_weights()
-    online = inference_reuse.OnlineTrainer(model, task, 0.05)
-    online.reset(start)
-    same = [batches[0]] * 4  # the loss on a repeated batch falls only if the weights change
-    tf_losses = [float(online.train_from_cache(online.infer_and_cache(x)["features"], y)) for x, y in same]
-    model.set_weights(start)
-    interp = tflite.interpreter(flatbuffer)
-    cache, train = interp.get_signature_runner("infer_and_cache"), interp.get_signature_runner("train_from_cache")
-    lite = [float(train(features=cache(tokens=x)["features"], labels=y)["loss"]) for x, y in same]
-    # TensorFlow vs TFLite kernels: per step the 2 LSTM layers' gate sums over the batch's length, the
-    # softmax's 12 + 1 terms, the ~20-word log-sum-exp and the mean over positions (earlier steps' rounding
-    # moves the weights by lr x that relative error of the gradient: negligible on the loss).
-    x = same[0][0]
-    assert_close_float32(lite, tf_losses, terms=lstm_terms(x.shape[1], 8, 12) + 13 + 20 + x.size)
-    assert all(b < a for a, b in zip(lite, lite[1:]))
-
-
-def test_tflite_reuse_step_equals_train_step(exported):
-    _, _, flatbuffer, _, batches = exported
-    x, y = batches[1]
-    a, b = tflite.interpreter(flatbuffer), tflite.interpreter(flatbuffer)
-    before = a.get_signature_runner("infer")(tokens=x)["logits"]
-    a.get_signature_runner("train")(tokens=x, labels=y)
-    b.get_signature_runner("train_from_cache")(
-        features=b.get_signature_runner("infer_and_cache")(tokens=x)["features"], labels=y
-    )
-    after_a = a.get_signature_runner("infer")(tokens=x)["logits"]
-    # the two signatures' graphs differ (one step through the cache): the LSTM chain, the softmax's sums and
-    # the step's gradient sum over the batch's positions; the step moves the logits by > 1e-4 (below)
-    terms = lstm_terms(x.shape[1], 8, 12) + 13 + 20 + x.size
-    assert_close_float32(b.get_signature_runner("infer")(tokens=x)["logits"], after_a, terms=terms)
-    assert not np.allclose(before, after_a, atol=1e-4)
 
 
 def test_save_new_interpreter_restore_infer_reproduces(exported, tmp_path):
@@ -95,7 +57,7 @@ def test_flex_inventory(exported):
     ops = tflite_reuse.flex_ops(flatbuffer)
     assert {"Save", "Restore"} <= set(ops) and any(op.startswith("TensorList") for op in ops)
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    module = tflite.TrainableModel(dense, ClassificationTask((4,), 3), 0.1)
+    module = Step(dense, ClassificationTask((4,), 3), 0.1)
     assert tflite_reuse.flex_ops(tflite.convert(module, ("infer",))) == []
     # a name is a Select op only as a whole flatbuffer string: length prefix and NUL must agree
     fake = b"\x00" * 8 + struct.pack("<I", 7) + b"FlexFoo\x00" + b"xxFlexBar\x00"
@@ -105,7 +67,7 @@ def test_flex_inventory(exported):
 def test_manifest_entry_lists_signatures_shapes_and_flex(exported):
     _, _, flatbuffer, data, _ = exported
     entry = export.describe(flatbuffer)
-    assert set(entry["signatures"]) == set(inference_reuse.REUSE_SIGNATURES)
+    assert set(entry["signatures"]) == set(tflite.REUSE_SIGNATURES)
     assert entry["signatures"]["train_from_cache"]["inputs"]["features"]["shape"] == [-1, -1, 12]
     assert entry["signatures"]["train"]["inputs"]["tokens"]["dtype"] == "int32"
     assert entry["needs_flex"] and entry["size_bytes"] == len(flatbuffer)

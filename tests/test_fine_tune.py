@@ -5,8 +5,8 @@ import numpy as np
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.device.energy.workload import step_flops
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 TEXT = "To be, or not to be, that is the question. " * 10 + "Whether 'tis nobler in the mind to suffer. " * 10
@@ -25,7 +25,7 @@ def test_only_softmax_weights_change():
     samples, model = setup()
     start = {w.name: w.numpy().copy() for w in model.weights}
     trainer = Trainer(model, NextWordTask(), 0.01, hooks=[FineTune()])
-    assert {v.name for v in trainer.variables} == {"softmax/kernel:0", "softmax/bias:0"}
+    assert {v.name for v in trainer.variables_to_train} == {"softmax/kernel:0", "softmax/bias:0"}
     history = trainer.fit(samples, 1, 16, np.random.default_rng(0))
     assert history[0]["steps"] > 1
     changed = {w.name for w in model.weights if not np.array_equal(w.numpy(), start[w.name])}

@@ -7,10 +7,10 @@ import pytest
 from numerics import assert_close_float32, assert_same_update
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype.techniques import inference_reuse
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 
@@ -58,7 +58,7 @@ def test_reuse_steps_equal_fine_tune_steps(setup):
     online.reset(start)
     losses = []
     for x, y in batches:
-        losses.append(float(online.train_from_cache(online.infer_and_cache(x)["features"], y)))
+        losses.append(float(online.train_from_cache(online.infer_and_cache(x)["features"], y)["loss"]))
     got = model.get_weights()
     # the softmax's gradient sums 12 features x (p - y) over the batch's 16 x length positions, from
     # features computed by two graphs (as above: 25 terms a step of 2 LSTM layers); errors of the
@@ -74,13 +74,13 @@ def test_reuse_steps_equal_fine_tune_steps(setup):
     model.set_weights(start)
 
 
-def test_step_without_reuse_is_the_fine_tune_step(setup):
+def test_train_is_the_fine_tune_step(setup):
     model, _, task, batches = setup
     start = model.get_weights()
     online = inference_reuse.OnlineTrainer(model, task, 0.05)
     online.reset(start)
     x, y = batches[0]
-    online.step_without_reuse(x, y)
+    online.train(x, y)
     plain = online.head_weights()
     online.reset(start)
     online.train_from_cache(online.infer_and_cache(x)["features"], y)

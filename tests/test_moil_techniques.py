@@ -90,8 +90,8 @@ def test_layer_freezing_trains_only_the_last_units_and_freezes_batch_norm(n):
     task = ClassificationTask((SIZE, SIZE, 1), CLASSES)
     before = model.get_weights()
     names_before = {w.name: w.numpy() for w in model.weights}
-    trainer = Trainer(model, task, 0.01, hooks=[lf.LayerFreezing(n, mv.units)])
-    trained = {id(v) for v in trainer.variables}
+    trainer = Trainer(model, task, 0.01, hooks=[lf.lf_hook(n, mv.units)])
+    trained = {id(v) for v in trainer.variables_to_train}
     expected = {id(v) for u in mv.units(model)[-n:] for l in u for v in l.trainable_variables}
     assert trained == expected and trained
     x, y = _data()
@@ -102,7 +102,7 @@ def test_layer_freezing_trains_only_the_last_units_and_freezes_batch_norm(n):
     assert changed and changed <= last
     assert len(before) == len(model.get_weights())
     with pytest.raises(ValueError, match="n must lie in"):
-        Trainer(_model(), task, 0.01, hooks=[lf.LayerFreezing(21, mv.units)])
+        Trainer(_model(), task, 0.01, hooks=[lf.lf_hook(21, mv.units)])
 
 
 def test_split_composes_to_the_model():
@@ -129,7 +129,7 @@ def test_feature_cache_training_equals_layer_freezing(tmp_path):
 
     plain = _model(5)
     start = plain.get_weights()
-    lf_trainer = Trainer(plain, task, 0.01, hooks=[lf.LayerFreezing(n, mv.units)])
+    lf_trainer = Trainer(plain, task, 0.01, hooks=[lf.lf_hook(n, mv.units)])
     lf_hist = lf_trainer.fit((x, y), epochs, batch, np.random.default_rng(9))
 
     cached = _model(5)

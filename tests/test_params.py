@@ -1,7 +1,9 @@
+import dataclasses
+
 import pytest
 
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
-from ondevice.params import ParameterError
+from ondevice.params import ParameterError, Params
 
 
 def test_presets_exist_for_every_scale_and_validate():
@@ -67,3 +69,47 @@ def test_impossible_user_split_is_a_parameter_error(speeches):
     p = exp.Params.for_scale("smoke", test_users=500, test_min_words=3000)
     with pytest.raises(ParameterError, match="test_users"):
         exp.load_corpus(p, speeches=speeches, log=lambda _: None)
+
+
+# ---- groups: a field that is itself a frozen dataclass ----------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Habits:
+    bedtime: float = 23.5
+    wake: float = 7.5
+    phones: tuple[str, ...] = ("a", "b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouped(Params):
+    days: int = 7
+    habits: Habits = Habits()
+    PRESETS = {"smoke": dict(days=2, habits=dict(bedtime=22.0)), "default": {}}
+
+    def check(self) -> None:
+        self.require(self.habits.wake < 12, "habits.wake", "must be a morning hour")
+
+
+def test_a_group_takes_its_preset_and_overrides_name_by_name():
+    p = Grouped.for_scale("smoke", habits={"wake": 8})  # an int for a float field, as JSON gives it
+    assert p.habits == Habits(bedtime=22.0, wake=8.0) and isinstance(p.habits.wake, float)
+    assert Grouped.for_scale("default").habits == Habits()
+    assert Grouped.for_scale("smoke", habits=Habits(wake=6.0)).habits == Habits(wake=6.0)  # an instance replaces
+    assert Grouped.for_scale("smoke").to_dict()["habits"] == {"bedtime": 22.0, "wake": 7.5, "phones": ("a", "b")}
+    assert Grouped.for_scale("smoke", habits={"phones": ["x"]}).habits.phones == ("x",)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ({"habits": {"bedtme": 22.0}}, r"unknown parameter\(s\) \['bedtme'\] in 'habits' \(Habits\); known: "),
+        ({"habits_bedtime": 22.0}, r"unknown parameter\(s\) \['habits_bedtime'\]"),
+        ({"habits": {"wake": "early"}}, r"'habits\.wake' must be float"),
+        ({"habits": 22.0}, r"'habits' must be a dict of Habits fields"),
+        ({"habits": {"wake": 13.0}}, r"'habits\.wake' must be a morning hour, got 13\.0"),
+    ],
+)
+def test_a_bad_group_parameter_names_the_group_and_the_field(override, message):
+    with pytest.raises(ParameterError, match=message):
+        Grouped.for_scale("smoke", **override)

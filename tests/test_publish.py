@@ -9,15 +9,20 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import jinja2
 import nbformat
 import pytest
 from PIL import Image, ImageDraw, ImageStat
 
 from ondevice.report import publish
 from ondevice.report.claims import percent
+from ondevice.report.pages import render
+from ondevice.report.pages.cells import DASH, counts, diagnosis, ratio, short_citation
+from ondevice.report.pages.content import paper_of
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "results" / "default"
@@ -165,14 +170,14 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
     for (name, row), cells in zip(expected, rows):
         assert f"[{name}]({name}/README.md)" == cells[1] and row["effect"] == cells[2]
         # a paper that gives no number (e.g. DeepType Fig. 1b) shows "-" for its change
-        assert cells[3] == (percent(float(row["paper change"])) if row["paper change"] else publish.DASH)
+        assert cells[3] == (percent(float(row["paper change"])) if row["paper change"] else DASH)
         assert cells[4] == percent(float(row["our change"]))
         if row.get("ci low"):
             assert cells[6].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
-        assert cells[7] == publish.counts(row) and cells[7] != publish.DASH, "the counts column never reads '-'"
-        assert cells[8] == (row.get("verdict") or "-") and _unlinked(cells[9]).startswith(publish.diagnosis(row))
+        assert cells[7] == counts(row) and cells[7] != DASH, "the counts column never reads '-'"
+        assert cells[8] == (row.get("verdict") or "-") and _unlinked(cells[9]).startswith(diagnosis(row))
         assert cells[10].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
-        assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != publish.DASH
+        assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != DASH
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
 
 
@@ -182,10 +187,10 @@ def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_ar
         assert f"]({e.slug}/README.md)" in summary.read_text() or not e.effects, "SUMMARY.md links each page"
         page = (site.parent / "pages" / e.slug / "README.md").read_text()
         lines = page.splitlines()
-        for r in e.effects:
+        for r in e.rows:
             cells = next(c for c in map(_cells, lines) if c and c[0] == r["effect"])
-            assert cells[3] == publish.ratio(r) and cells[5] == publish.counts(r)
-            assert _unlinked(cells[7]).startswith(publish.diagnosis(r))
+            assert cells[3] == ratio(r) and cells[5] == counts(r)
+            assert _unlinked(cells[7]).startswith(diagnosis(r))
         for name in e.run.get("headline") or {}:
             assert any(c and c[0] == name for c in map(_cells, lines)), f"{e.slug}: headline {name!r} not on its page"
         for fig in (COMMITTED / e.slug / "figures").glob("*.png"):
@@ -374,28 +379,25 @@ def test_citation_and_claims_come_from_the_facts_file_and_short_citations_keep_p
         '[exp_b.time]\ncitation = "Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5"\n'
         '[[exp_b.time.effects]]\nclaim = "faster"\nbetter = "a"\nworse = "b"\n[exp_c.groups]\nnote = 1\n'
     )
-    assert publish.paper_of("exp_b", tmp_path) == (
+    assert paper_of("exp_b", tmp_path) == (
         "Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5",
         ["faster"],
         "Roe, R, 2021",
     )
-    assert publish.paper_of("exp_c", tmp_path) == ('Roe, "Thesis", U. Nowhere, 2021', [], "Roe, R, 2021")  # the paper's
-    assert publish.paper_of("exp_d", tmp_path) == (publish.DASH, [], publish.DASH)
+    assert paper_of("exp_c", tmp_path) == ('Roe, "Thesis", U. Nowhere, 2021', [], "Roe, R, 2021")  # the paper's
+    assert paper_of("exp_d", tmp_path) == (DASH, [], DASH)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "paper.toml").write_text("[paper\n")
-    assert publish.paper_of("exp_b", tmp_path) == (publish.DASH, [], publish.DASH)  # a broken facts file: no crash
-    assert (
-        publish.short_citation("Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5")
-        == "Roe, R (MSc thesis, U. Nowhere, 2021)"
-    )
-    assert publish.short_citation("Xu et al., DeepType, IMWUT 2018, Table 1") == "Xu et al., DeepType, IMWUT 2018"
+    assert paper_of("exp_b", tmp_path) == (DASH, [], DASH)  # a broken facts file: no crash
+    assert short_citation("Roe, R (MSc thesis, U. Nowhere, 2021), Sec. 5") == "Roe, R (MSc thesis, U. Nowhere, 2021)"
+    assert short_citation("Xu et al., DeepType, IMWUT 2018, Table 1") == "Xu et al., DeepType, IMWUT 2018"
 
 
 def test_the_summary_diagnosis_is_the_audit_rule_of_claims():
     row = {"paper change": "0.1", "our change": "0.4", "ci low": "0.35", "ci high": "0.45", "diagnosis": ""}
-    assert publish.diagnosis(row) == "unexplained"
-    assert publish.diagnosis({**row, "diagnosis": "tiny users"}) == "differs, explained by tiny users"
-    assert publish.diagnosis({**row, "our change": "0.2", "ci low": "0.15", "ci high": "0.25"}) == "agrees within 3x"
+    assert diagnosis(row) == "unexplained"
+    assert diagnosis({**row, "diagnosis": "tiny users"}) == "differs, explained by tiny users"
+    assert diagnosis({**row, "our change": "0.2", "ci low": "0.15", "ci high": "0.25"}) == "agrees within 3x"
 
 
 def test_an_explained_row_links_its_diagnosis_to_the_notebook_section_that_measures_it(tmp_path):
@@ -456,4 +458,90 @@ def test_an_explained_row_links_its_diagnosis_to_the_notebook_section_that_measu
     ],
 )
 def test_the_resampled_column_says_what_and_how_many_and_never_a_bare_dash(row, expected):
-    assert publish.counts(row) == expected
+    assert counts(row) == expected
+
+
+def _one_result(root: Path, why: str, section: str, notebook: str | None = None) -> Path:
+    """results/fake/<one>/ with one explained effect row (its diagnosis `why` and section as given) and,
+    unless `notebook` is given as the raw file text, a notebook whose one heading is 'Why'."""
+    exp = root / "results" / "fake" / "one"
+    (exp / "tables").mkdir(parents=True)
+    row = {"effect": "e", "paper change": 0.5, "our change": 5.0, "ci low": 4.0, "ci high": 6.0, "users": 4}
+    with (exp / "tables" / "effects.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*row, "diagnosis", "section"])
+        writer.writeheader()
+        writer.writerow({**row, "diagnosis": why, "section": section})
+    if notebook is None:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell("# One\n\n## Why\n\nText.")]
+        nbformat.write(nb, exp / "one.ipynb")
+    else:
+        (exp / "one.ipynb").write_text(notebook)
+    (exp / "run.json").write_text(json.dumps({"experiment": "one"}))
+    return exp.parent
+
+
+@pytest.mark.parametrize("section", ["Why", ""], ids=["linked", "plain"])
+def test_a_script_in_a_diagnosis_is_text_on_every_page(tmp_path, section):
+    """HTML templates autoescape: a diagnosis cannot inject markup, linked to its section or not;
+    the Markdown pages escape it too."""
+    results = _one_result(tmp_path, "<script>alert('x')</script> & more", section)
+    site, summary = tmp_path / "site", tmp_path / "SUMMARY.md"
+    publish.build(results, site, summary_path=summary, papers_dir=tmp_path / "papers")
+    escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"
+    for page in (site / "index.html", site / "one" / "index.html"):
+        text = page.read_text()
+        assert escaped in text and "<script" not in text, page
+        assert (f'notebook.html#Why">{escaped}</a>' in text) == bool(section)
+    for page in (summary, results / "one" / "README.md"):
+        text = page.read_text()
+        assert "\\<script\\>alert('x')\\</script\\> \\& more" in text and not re.search(r"(?<!\\)<script", text), page
+
+
+def test_a_notebook_that_cannot_be_rendered_costs_its_page_and_its_links(tmp_path):
+    results = _one_result(
+        tmp_path, "measured", "Why", notebook='{"cells": [{"cell_type": "markdown", "source": "## Why"}]}'
+    )
+    site, logged = tmp_path / "site", []
+    publish.build(results, site, summary_path=tmp_path / "S.md", papers_dir=tmp_path / "papers", log=logged.append)
+    assert len(logged) == 1 and "could not render one.ipynb" in logged[0]
+    assert not (site / "one" / "notebook.html").exists() and not (site / "one" / "one.ipynb").exists()
+    for page in (site / "one" / "index.html", site / "index.html", results / "one" / "README.md"):
+        text = page.read_text()
+        assert "notebook.html" not in text and "one.ipynb" not in text, page
+        why = "(its section 'Why' is not a heading of the notebook)"
+        assert (why.replace("'", "&#39;") if page.suffix == ".html" else why) in text, page
+
+
+def test_a_missing_template_is_a_clear_error_and_leaves_the_site_alone(tmp_path):
+    (tmp_path / "templates").mkdir()
+    pages = render.Pages(tmp_path / "templates")
+    with pytest.raises(FileNotFoundError, match=r"no page template 'summary\.md\.j2' in .*templates"):
+        pages.summary_markdown([], "fake")
+    (tmp_path / "templates" / "index.html.j2").write_text('{% extends "page.html.j2" %}')
+    with pytest.raises(FileNotFoundError, match=r"'page\.html\.j2' .* \(needed for 'index\.html\.j2'"):
+        pages.index_html([], "fake")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "site").mkdir()
+    with pytest.raises(FileNotFoundError, match="no page template"):
+        publish.build(
+            tmp_path / "results", tmp_path / "site", summary_path=tmp_path / "S.md", templates=tmp_path / "templates"
+        )
+    assert not any((tmp_path / "site").iterdir()) and not (tmp_path / "S.md").exists()
+
+
+def test_a_template_that_names_an_undefined_value_is_an_error_not_a_blank(tmp_path):
+    (tmp_path / "summary.md.j2").write_text("# {{ scale }} {{ nothing_by_this_name }}\n")
+    with pytest.raises(jinja2.UndefinedError, match="nothing_by_this_name"):
+        render.Pages(tmp_path).summary_markdown([], "fake")
+
+
+def test_the_shipped_templates_and_stylesheet_are_package_data():
+    """Every file in templates/ is matched by pyproject's package-data globs, so an installed
+    (non-editable) package renders the same site."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["ondevice.report.pages"]
+    package = render.TEMPLATES.parent
+    shipped = {p for g in globs for p in package.glob(g) if p.is_file()}
+    files = {p for p in render.TEMPLATES.rglob("*") if p.is_file()}
+    assert files and files == shipped

@@ -20,7 +20,7 @@ def executed(path, cells):
 def test_stage_is_the_first_experiment_call_of_a_cell():
     assert timings.stage_of("models = exp.train_globals(params, corpora)\nx = 1") == "train_globals"
     assert timings.stage_of("rows = exp.personalize(p)\nrows += exp.control(p, rows)") == "personalize"
-    assert timings.stage_of("card = common.model_card(common.build_model(p))") == "model_card"
+    assert timings.stage_of("card = common.model_card(typing_protocol.build_model(p))") == "model_card"
     assert timings.stage_of("# Parameters\nscale = 'smoke'") == "scale = 'smoke'"
     assert timings.stage_of("%matplotlib inline\nimport time") == "%matplotlib inline"
 

@@ -9,7 +9,8 @@ from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
-from ondevice.training.trainer import Hook, StepTimer, Trainer, seed_everything
+from ondevice.training.step import Hook
+from ondevice.training.trainer import StepTimer, Trainer, seed_everything
 
 TEXT = "To be, or not to be, that is the question. " * 20 + "Whether 'tis nobler in the mind to suffer. " * 20
 

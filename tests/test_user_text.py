@@ -6,9 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from ondevice.data import user_text
+from ondevice.data import per_user_text, user_text
 from ondevice.data.manifests import DataError
-from ondevice.papers.deeptype import common
 from ondevice.params import ParameterError
 
 
@@ -83,8 +82,8 @@ def test_a_deeptype_corpus_from_a_user_file(speeches, tmp_path):
     path = tmp_path / "shakespeare.jsonl"  # the split draws from a stream named after the data set
     user_text.write(shakespeare.messages(speeches), path)
     quiet = lambda _: None
-    built_in = common.load_corpus(_params(), speeches, quiet)
-    from_file = common.load_corpus(_params(corpus=str(path)), log=quiet)
+    built_in = per_user_text.load_corpus(_params(), speeches, quiet)
+    from_file = per_user_text.load_corpus(_params(corpus=str(path)), log=quiet)
     assert from_file.users == built_in.users
     assert from_file.split.test == built_in.split.test and from_file.split.crowd == built_in.split.crowd
     assert from_file.crowd_samples.digest() == built_in.crowd_samples.digest()
@@ -111,7 +110,7 @@ def test_a_small_user_file_gets_a_split_scaled_to_its_users(tmp_path, n_users, t
     user_text.write(lines, path)
     from ondevice.papers.deeptype.experiments.deeptype_top3eff import Params
 
-    corpus = common.load_corpus(Params.for_scale("default", corpus=str(path)), log=lambda _: None)
+    corpus = per_user_text.load_corpus(Params.for_scale("default", corpus=str(path)), log=lambda _: None)
     split = corpus.split  # the default preset asks for 20 test users with 4,650 words, 6 validation users
     assert (len(split.test), len(split.validation)) == (test, validation)
     assert len(split.crowd) == n_users - test - validation
@@ -123,7 +122,7 @@ def test_a_user_file_with_too_few_users_is_a_clear_error(tmp_path):
     path = tmp_path / "three.jsonl"
     user_text.write([user_text.Message(f"u{i}", 0.0, "a few words here.") for i in range(3)], path)
     with pytest.raises(ParameterError, match="3 users; a split needs at least 4"):
-        common.load_corpus(_params(corpus=str(path)), log=lambda _: None)
+        per_user_text.load_corpus(_params(corpus=str(path)), log=lambda _: None)
 
 
 def _params(**overrides):

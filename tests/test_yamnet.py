@@ -7,6 +7,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from ondevice.data import audio_features, esc50, manifests
+from ondevice.device import yamnet_tflite
 from ondevice.device.tflite import interpreter
 from ondevice.models import yamnet
 from ondevice.papers.moil.techniques import layer_freezing
@@ -22,7 +23,7 @@ def tflite_path():
 
 @pytest.fixture(scope="module")
 def imported(tflite_path):
-    return yamnet.import_tflite(yamnet.build(), tflite_path)
+    return yamnet_tflite.import_tflite(yamnet.build(), tflite_path)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_front_end_is_the_tflite_front_end_without_rounding(tflite_path):
     """The TFLite front end's window is ours exactly; its DFT and mel matrices are ours rounded to int8."""
     interp = interpreter(tflite_path.read_bytes())
     by_name = {t["name"]: t["index"] for t in interp.get_tensor_details()}
-    read = lambda name: yamnet._tflite_tensor(interp, by_name[name])  # noqa: E731
+    read = lambda name: yamnet_tflite._tflite_tensor(interp, by_name[name])  # noqa: E731
     window = read("yamnet_frames/tf_op_layer_Mul/Mul/y")[0]
     np.testing.assert_allclose(window, tf.signal.hann_window(400).numpy(), atol=1e-6)
     cos = read("yamnet_frames/tf_op_layer_MatMul/MatMul")
@@ -100,7 +101,7 @@ def test_imported_weights_agree_with_tflite_on_real_clips(imported, tflite_path,
 
 def test_import_checks_the_model(tflite_path):
     with pytest.raises(ValueError, match="classifier"):
-        yamnet.import_tflite(yamnet.build(classes=10), tflite_path)
+        yamnet_tflite.import_tflite(yamnet.build(classes=10), tflite_path)
 
 
 def test_class_names_read_and_checked(tmp_path, tflite_path):

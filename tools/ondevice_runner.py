@@ -17,7 +17,7 @@ through `infer_and_cache`, as the keyboard does while the user types, and only
 After training the runner saves a checkpoint, opens a new interpreter, restores it and checks
 that it predicts what the trained one predicts.
 
-The JSON log is also a *device profile*: `ondevice.papers.deeptype.export.load_device_profile` reads it,
+The JSON log is also a *device profile*: `ondevice.device.device_profile.load_device_profile` reads it,
 and the notebooks extrapolate training time to that device from `steady_step_seconds` (labelled
 "extrapolated"). Fields: format, device, machine, variant, model, batch_size, mean_length,
 steps, step_seconds (every step), steady_step_seconds (median after warm-up),

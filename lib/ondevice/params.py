@@ -3,6 +3,10 @@
 An experiment declares a frozen dataclass deriving from `Params`, its `PRESETS` (scale -> field
 values) and a `check()` for impossible values. Notebooks build it with `from_notebook(globals())`
 so a papermill parameter with an unknown name stops the run instead of being silently ignored.
+
+A field may be a group: another frozen dataclass (e.g. `trace: SyntheticModel`), given as a dict
+of some of its fields; a preset's dict and an override's are merged name by name, and an unknown
+name in a group is an error that names the group. `require` takes a group's field as "group.name".
 """
 
 from __future__ import annotations
@@ -37,8 +41,12 @@ class Params:
         unknown = sorted(set(overrides) - names)
         if unknown:
             raise ParameterError(f"unknown parameter(s) {unknown} for {cls.__module__}; known: {sorted(names)}")
-        values = {**cls.PRESETS[scale], **overrides, "scale": scale, "seed": seed}
         hints = typing.get_type_hints(cls)
+        preset = cls.PRESETS[scale]
+        values = {**preset, **overrides, "scale": scale, "seed": seed}
+        for name, value in overrides.items():  # a group's override changes only the fields it names
+            if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict) and isinstance(preset.get(name), dict):
+                values[name] = {**preset[name], **value}
         for name, value in values.items():
             values[name] = _coerce(name, value, hints[name])
         params = cls(**values)
@@ -69,9 +77,17 @@ class Params:
     def check(self) -> None:
         """Raise ParameterError naming the parameter when a value is impossible."""
 
+    def value(self, name: str) -> Any:
+        """A field's value by name, or a group's field by "group.field"."""
+        value = self
+        for part in name.split("."):
+            value = getattr(value, part)
+        return value
+
     def require(self, condition: bool, name: str, message: str) -> None:
+        """Raise ParameterError unless `condition`; `name` is a field, or "group.field"."""
         if not condition:
-            raise ParameterError(f"parameter '{name}' {message}, got {getattr(self, name)!r}")
+            raise ParameterError(f"parameter '{name}' {message}, got {self.value(name)!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,7 +105,25 @@ def presets(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {scale: {k: v for layer in layers for k, v in layer.get(scale, {}).items()} for scale in scales}
 
 
+def _group(name: str, value: Any, hint: type) -> Any:
+    """A group's dataclass from a dict of some of its fields (the others keep their defaults)."""
+    if isinstance(value, hint):
+        return value
+    fields = {f.name for f in dataclasses.fields(hint)}
+    if not isinstance(value, dict):
+        raise ParameterError(
+            f"parameter '{name}' must be a dict of {hint.__name__} fields {sorted(fields)}, got {value!r}"
+        )
+    unknown = sorted(set(value) - fields)
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {unknown} in '{name}' ({hint.__name__}); known: {sorted(fields)}")
+    hints = typing.get_type_hints(hint)
+    return hint(**{k: _coerce(f"{name}.{k}", v, hints[k]) for k, v in value.items()})
+
+
 def _coerce(name: str, value: Any, hint: Any) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _group(name, value, hint)
     if typing.get_origin(hint) is tuple:  # tuple[float, ...]: a grid of values, e.g. learning rates
         item = typing.get_args(hint)[0]
         if not isinstance(value, (list, tuple)):

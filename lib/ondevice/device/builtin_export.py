@@ -1,7 +1,7 @@
 """Trainable TFLite export from builtin ops only: signatures `train`, `infer`, `get_weights` and
 `set_weights`, run by LiteRT (`ai-edge-litert`) with no Flex delegate.
 
-Why: `device.tflite` exports `training.trainer.train_step` as it is, and its LSTM gradients (While
+Why: `device.tflite` exports `training.step.Step` as it is, and its LSTM gradients (While
 and TensorList ops) and checkpoints (Save, Restore) become Select TF ops that only the Flex delegate
 runs; pip TensorFlow >= 2.20, ai-edge-litert and Android's select-TF-ops AAR (after 2.16.1) have
 none. So here the training step is written out with ops that have builtin kernels:
@@ -19,32 +19,27 @@ none. So here the training step is written out with ops that have builtin kernel
   (those that train, and the M-RNN's slot switches) as named tensors; the app stores them itself,
   where the Flex export wrote a checkpoint with Save/Restore ops.
 
-What trains (`train=`): "all" (the LSTM language model: embedding, both LSTMs, softmax, and the
-projection of an SVD-compressed softmax; a vocabulary-compressed or structurally pruned LM is the
-same graph with smaller shapes, a magnitude-pruned one the same with zeros; the Colla
-M-RNN: six embeddings, LSTM, FC) or "head", the last Dense layer (the LM's softmax: DeepType's
-fine-tune and AutLearn's last layer; the classifier of MobileNetV2 and YAMNet, MoIL's LF(1); the
-MobileNetV1 `logits` layer, AutLearn's; the M-RNN's FC). Layers that do not train are constants in
-the file. Convolution, depthwise convolution and batch norm gradients (Conv2DBackpropFilter,
-DepthwiseConv2dNativeBackprop*, FusedBatchNormGrad) have no builtin kernel, so conv models train
-their head only. Optional signatures: `train_distill` (Colla's client update, Eq. 2, the teacher's
-probabilities given as an input) and `infer_and_cache` / `train_from_cache` (DeepType's online path:
-the head trains from the features the inference computed).
+What trains (`train_mode`, from the Step's hooks): "all" (the LSTM language model: embedding, both
+LSTMs, softmax, and the projection of an SVD-compressed softmax; a vocabulary-compressed or
+structurally pruned LM is the same graph with smaller shapes, a magnitude-pruned one the same with
+zeros; the Colla M-RNN: six embeddings, LSTM, FC) or "head", the last Dense layer (the LM's softmax:
+DeepType's fine-tune and AutLearn's last layer; the classifier of MobileNetV2 and YAMNet, MoIL's
+LF(1); the MobileNetV1 `logits` layer, AutLearn's; the M-RNN's FC). Layers that do not train are
+constants in the file. Convolution, depthwise convolution and batch norm gradients
+(Conv2DBackpropFilter, DepthwiseConv2dNativeBackprop*, FusedBatchNormGrad) have no builtin kernel,
+so conv models train their head only. Optional signatures: `train_distill` (Colla's client update,
+Eq. 2, the teacher's probabilities given as an input) and `infer_and_cache` / `train_from_cache`
+(DeepType's online path: the head trains from the features the inference computed).
 
-`compare` trains a copy with TensorFlow's `Trainer` and the exported file in LiteRT on the same
-batches; `parity_row` sums that up. `python -m ondevice.device.builtin_export --out DIR` exports a
-small instance of every family in both modes, writes `manifest.json` and compares them.
+A `BuiltinTrainable` is written out from a `training.step.Step`: the same model, task, optimizer,
+rate, clipping and hooks (which decide what trains), so the Flex file (the Step converted as it is)
+and this one are two forms of one step; `device.parity` checks both against TensorFlow.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import platform
 import tempfile
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -57,8 +52,7 @@ from ..models import mrnn
 from ..tasks import Task
 from ..tasks.classification import ClassificationTask
 from ..tasks.next_word import NextWordTask
-from ..training.trainer import Hook, Trainer, make_optimizer
-from . import litert
+from ..training.step import Hook, Step
 
 TRAIN_ALL, TRAIN_HEAD = "all", "head"
 SIGNATURES = ("train", "infer", "get_weights", "set_weights")
@@ -309,16 +303,23 @@ def loss_and_gradient(task: Task, labels, logits):
 
 
 class _Optimizer(tf.Module):
-    """The update rule of `training.trainer.make_optimizer(name, learning_rate, clip_norm)` (Keras's
-    SGD or Adam, hyperparameters read from it, gradients clipped to a global norm) as arithmetic on
-    variables, in Keras's order of operations."""
+    """The update rule of a Step's optimizer (`training.step.make_optimizer`: Keras's SGD or Adam,
+    hyperparameters read from it, gradients clipped to a global norm) as arithmetic on variables,
+    in Keras's order of operations."""
 
-    def __init__(self, name: str, learning_rate: float, variables: list, clip_norm: float = 0.0):
+    def __init__(self, optimizer: keras.optimizers.Optimizer, variables: list):
         super().__init__()
-        config = make_optimizer(name, learning_rate, clip_norm).get_config()
+        name = {keras.optimizers.Adam: "adam", keras.optimizers.SGD: "sgd"}.get(type(optimizer))
+        config = optimizer.get_config()
         self.clip_norm = config.pop("global_clipnorm", None)
         extras = {k: config.get(k) for k in ("weight_decay", "clipnorm", "clipvalue")}
-        if any(extras.values()) or config.get("use_ema") or config.get("amsgrad") or config.get("momentum"):
+        if (
+            name is None
+            or any(extras.values())
+            or config.get("use_ema")
+            or config.get("amsgrad")
+            or config.get("momentum")
+        ):
             raise ValueError(f"builtin export writes out plain SGD and Adam only, got {config}")
         self.kind, self.config = name, config
         if name == "adam":
@@ -355,13 +356,14 @@ class _Optimizer(tf.Module):
 
 
 class BuiltinTrainable(tf.Module):
-    """A Keras model of a known family, its task and optimizer, with the four builtin signatures.
+    """A `Step` of a model of a known family, written out with the four builtin signatures; the
+    Step's hooks decide what trains (`train_mode`).
 
     `train(inputs, labels) -> loss`; `infer(inputs) -> logits`; `get_weights() -> {key: weight}`;
     `set_weights(**{key: weight})` assigns them and resets the optimizer state (as `Trainer.reset`:
     a new user, or a restart, begins with a fresh optimizer). Keys are `<layer>_<weight>`
     (`softmax_kernel`). `sequence_length` fixes a next-word batch's length (pad shorter batches
-    with `pad`). `model` itself is not changed.
+    with `pad`). The Step's model is not changed.
 
     Optional signatures: `distill=lam` adds `train_distill(inputs, labels, teacher) -> loss`, Colla's
     client update (Eq. 2) with the teacher's probabilities over the student's outputs given by the
@@ -371,28 +373,18 @@ class BuiltinTrainable(tf.Module):
     the features the inference already computed instead of running the frozen layers again.
     """
 
-    def __init__(
-        self,
-        model: keras.Model,
-        task: Task,
-        learning_rate: float,
-        optimizer: str = "adam",
-        train: str = TRAIN_ALL,
-        sequence_length: int | None = None,
-        distill: float | None = None,
-        reuse: bool = False,
-        clip_norm: float = 0.0,
-    ):
+    def __init__(self, step: Step, sequence_length: int | None = None, distill: float | None = None, reuse=False):
         super().__init__()
-        self.task, self.train_mode = task, train
-        self.stages = _stages(model, train)
+        task = self.task = step.task
+        train = self.train_mode = train_mode(step.model, step.hooks)
+        self.stages = _stages(step.model, train)
         self.first = next(i for i, s in enumerate(self.stages) if s.train)
         kept = [(k, p) for s in self.stages if s.kept for k, p in zip(s.keys, s.params)]
         self.keys, self.kept = [k for k, _ in kept], [p for _, p in kept]
         self.trained_keys = [k for s in self.stages if s.train for k in s.keys]
         self.trained_layers = [n for s in self.stages if s.train for n in s.layer_names]
         trained = [p for s in self.stages if s.train for p in s.params]
-        self.optimizer = _Optimizer(optimizer, learning_rate, trained, clip_norm)
+        self.optimizer = _Optimizer(step.optimizer, trained)
         self._trained = trained
         sig = task.signature
         self.sequence_length = sequence_length
@@ -535,28 +527,11 @@ def convert(module: BuiltinTrainable) -> bytes:
         tf_logger.setLevel(level)
 
 
-# --- parity with TensorFlow's Trainer ------------------------------------------------------------
-
-
-class TrainOnly(Hook):
-    """Train only the named layers; mark every other layer non-trainable so that its batch norm uses
-    moving statistics (MoIL's LayerFreezing does the same; DeepType's FineTune and AutLearn's last
-    layer give the same result, their frozen parts having no batch norm or running in inference
-    mode). The TensorFlow side of `train="head"`. Changes the model it is given: use a copy."""
-
-    def __init__(self, layers: Sequence[str]):
-        self.layers = list(layers)
-
-    def trainable(self, model, variables):
-        for layer in model.layers:
-            if layer.name not in self.layers:
-                layer.trainable = False
-        keep = {id(v) for name in self.layers for v in model.get_layer(name).trainable_variables}
-        return [v for v in variables if id(v) in keep]
+# --- what trains, and the file's inputs -----------------------------------------------------------
 
 
 def train_mode(model: keras.Model, hooks: Sequence[Hook] = ()) -> str:
-    """The `train=` that matches TensorFlow training of `model` with `hooks`: TRAIN_ALL when every
+    """The train mode that matches TensorFlow training of `model` with `hooks`: TRAIN_ALL when every
     layer with weights trains, TRAIN_HEAD when only the last Dense layer does. NotExportable for any
     other split (MoIL's LF(n>1) trains conv blocks) or a hook that changes the loss or gradients."""
     for hook in hooks:
@@ -576,49 +551,6 @@ def train_mode(model: keras.Model, hooks: Sequence[Hook] = ()) -> str:
     raise NotExportable(f"trains {[layer.name for layer in trained]}: only every layer or the last Dense layer")
 
 
-def reference_trainer(
-    model: keras.Model, module: BuiltinTrainable, learning_rate: float, optimizer: str = "adam"
-) -> Trainer:
-    """TensorFlow's `Trainer` on a copy of `model`, training what `module` trains."""
-    twin = keras.models.clone_model(model)
-    twin.set_weights(model.get_weights())
-    hooks = [TrainOnly(module.trained_layers)] if module.train_mode == TRAIN_HEAD else []
-    return Trainer(
-        twin, module.task, learning_rate, optimizer, hooks=hooks, clip_norm=module.optimizer.clip_norm or 0.0
-    )
-
-
-def compare(
-    model: keras.Model,
-    task: Task,
-    learning_rate: float,
-    batches,
-    optimizer: str = "adam",
-    train: str = TRAIN_ALL,
-    sequence_length: int | None = None,
-    **signatures,
-) -> dict:
-    """The same batches through TensorFlow's Trainer (on a copy of `model`) and through the exported
-    `train` signature in LiteRT, from the same weights. Returns both loss curves, both sets of
-    kept weights after the steps (by key), the flatbuffer and the module. `signatures`: the
-    optional ones of BuiltinTrainable (distill=, reuse=), exported beside `train`."""
-    module = BuiltinTrainable(model, task, learning_rate, optimizer, train, sequence_length, **signatures)
-    flatbuffer = convert(module)
-    trainer = reference_trainer(model, module, learning_rate, optimizer)
-    as_sig = (task.signature.inputs.dtype.as_numpy_dtype, task.signature.labels.dtype.as_numpy_dtype)
-    tf_losses = [trainer.step(np.asarray(x, as_sig[0]), np.asarray(y, as_sig[1])) for x, y in batches]
-    interp = litert.interpreter(flatbuffer)
-    lite_losses = train_on_device(interp, module, batches)
-    return {
-        "tensorflow": tf_losses,
-        "litert": lite_losses,
-        "weights_tensorflow": module.keras_weights(trainer.model),
-        "weights_litert": interp.get_signature_runner("get_weights")(),
-        "flatbuffer": flatbuffer,
-        "module": module,
-    }
-
-
 def feed(module: BuiltinTrainable, inputs, labels=None) -> dict:
     """Signature arguments for a batch: named as the task's signature, padded to the fixed length."""
     sig = module.task.signature
@@ -632,250 +564,3 @@ def feed(module: BuiltinTrainable, inputs, labels=None) -> dict:
 def train_on_device(interp, module: BuiltinTrainable, batches) -> list[float]:
     train = interp.get_signature_runner("train")
     return [float(train(**feed(module, x, y))["loss"]) for x, y in batches]
-
-
-def parity_row(name: str, check: dict) -> dict:
-    """One table row from `compare`: largest loss and weight differences, file size, op list."""
-    w_tf, w_lite = check["weights_tensorflow"], check["weights_litert"]
-    return {
-        "model": name,
-        "mode": "builtin",
-        "steps": len(check["litert"]),
-        "max_loss_diff": float(np.max(np.abs(np.subtract(check["litert"], check["tensorflow"])))),
-        "max_weight_diff": max(float(np.max(np.abs(w_lite[k] - w_tf[k]))) for k in w_tf),
-        "size_bytes": len(check["flatbuffer"]),
-        "ops": " ".join(litert.operators(check["flatbuffer"])),
-    }
-
-
-# --- the CLI: one small instance per family, both modes -------------------------------------------
-
-
-def _instances(rng: np.random.Generator) -> list[dict]:
-    """A small instance of every family: name, model, task, training set-up and 8 batches."""
-    from ..models import lstm_lm, mobilenet_v1, mobilenet_v2, yamnet
-
-    lm = lstm_lm.LSTMConfig(input_vocab=60, output_vocab=40, embedding_dim=16, hidden_units=32)
-    text = []
-    for _ in range(8):  # right-padded batches of 8 samples of 3 to 10 words, as Samples.padded makes them
-        real = np.arange(10)[None, :] < rng.integers(3, 11, size=(8, 1))
-        text.append((rng.integers(2, lm.input_vocab, (8, 10)) * real, rng.integers(2, lm.output_vocab, (8, 10)) * real))
-    colla = mrnn.MRNNConfig(locations=30, outputs=16, embedding_dim=8, hidden_units=16, history=6, slots=True)
-    device = mrnn.build(colla, seed=0)
-    device.get_layer("slots").set_weights([(np.arange(16) < 10).astype(np.float32)])  # 10 of 16 slots on
-    places = [
-        (np.stack([rng.integers(0, n, (8, colla.history)) for n in colla.id_counts()], axis=-1), rng.integers(0, 10, 8))
-        for _ in range(8)
-    ]
-
-    def images(shape, classes):
-        return [(rng.random((8, *shape), np.float32), rng.integers(0, classes, 8)) for _ in range(8)]
-
-    patches = [
-        (rng.normal(size=(4, yamnet.PATCH_FRAMES, yamnet.MEL_BINS)), rng.random((4, 10)) < 0.2) for _ in range(8)
-    ]
-    adam, sgd = {"optimizer": "adam"}, {"optimizer": "sgd"}
-    return [
-        {
-            "name": "deeptype_lstm_full",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_ALL,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "deeptype_lstm_svd",
-            "model": _svd_softmax(lstm_lm.build(lm, seed=0), rank=8),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_ALL,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "deeptype_lstm_fine_tune",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "sequence_length": 10,
-            "batches": text,
-            "signatures": {"reuse": True},  # DeepType's online path: infer_and_cache, train_from_cache
-        },
-        {
-            "name": "autlearn_lstm_last_layer",
-            "model": lstm_lm.build(lm, seed=0),
-            "task": NextWordTask(),
-            "lr": 0.1,
-            **sgd,
-            "train": TRAIN_HEAD,
-            "sequence_length": 10,
-            "batches": text,
-        },
-        {
-            "name": "moil_mobilenet_v2_head",
-            "model": mobilenet_v2.build(32, 1, 5, 0.35),
-            "task": ClassificationTask((32, 32, 1), 5),
-            "lr": 1e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": images((32, 32, 1), 5),
-        },
-        {
-            "name": "moil_yamnet_head",
-            "model": yamnet.build(10, seed=0),
-            "task": ClassificationTask((yamnet.PATCH_FRAMES, yamnet.MEL_BINS), 10, multi_label=True),
-            "lr": 5e-4,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": patches,
-        },
-        {
-            "name": "autlearn_mobilenet_v1_head",
-            "model": mobilenet_v1.build(None, 0.25, 32, 62, seed=0),
-            "task": ClassificationTask((28, 28, 1), 62),
-            "lr": 3e-3,
-            **adam,
-            "train": TRAIN_HEAD,
-            "batches": images((28, 28, 1), 62),
-        },
-        {
-            "name": "colla_mrnn_device",
-            "model": device,
-            "lr": 1e-2,
-            **adam,
-            "train": TRAIN_ALL,
-            "task": ClassificationTask((colla.history, len(FEATURES)), 16, input_dtype=tf.int32),
-            "batches": places,
-            "signatures": {"distill": 0.5},  # Colla's client update: train_distill with the teacher's q
-        },
-    ]
-
-
-def _svd_softmax(model: keras.Model, rank: int) -> keras.Model:
-    """`model` with its softmax kernel replaced by a rank-`rank` factorisation, as DeepType's layer
-    compression builds it: a projection without bias (`softmax_svd`), then the softmax."""
-    kernel, bias = model.get_layer("softmax").get_weights()
-    u, s, vt = np.linalg.svd(kernel, full_matrices=False)
-    features = model.get_layer("softmax").input
-    projection = keras.layers.Dense(rank, use_bias=False, name="softmax_svd")
-    softmax = keras.layers.Dense(kernel.shape[1], name="softmax")
-    compressed = keras.Model(model.input, softmax(projection(features)), name="deeptype_lstm_svd")
-    projection.set_weights([u[:, :rank] * s[:rank]])
-    softmax.set_weights([vt[:rank], bias])
-    return compressed
-
-
-def flex_export(model: keras.Model, module: BuiltinTrainable, learning_rate: float, optimizer: str) -> bytes:
-    """The existing Flex export (`device.tflite`) of the same set-up as `module`, for comparison."""
-    from . import tflite
-
-    twin = keras.models.clone_model(model)
-    twin.set_weights(model.get_weights())
-    hooks = [TrainOnly(module.trained_layers)] if module.train_mode == TRAIN_HEAD else []
-    return tflite.convert(tflite.TrainableModel(twin, module.task, learning_rate, optimizer, hooks))
-
-
-def export_both(spec: dict, out: Path) -> tuple[dict, dict]:
-    """Write `spec`'s model in both modes to `out`: manifest entries by file, and a comparison row.
-    Builtin runs in LiteRT, Flex in TensorFlow's interpreter (the only one with the Flex delegate);
-    step time: median over 14 steps after 2 of warm-up, the same batches for both."""
-    from . import tflite
-
-    name = spec["name"]
-    check = compare(
-        spec["model"],
-        spec["task"],
-        spec["lr"],
-        spec["batches"],
-        spec["optimizer"],
-        spec["train"],
-        spec.get("sequence_length"),
-        **spec.get("signatures", {}),
-    )
-    module, row = check["module"], parity_row(name, check)
-    flex = flex_export(spec["model"], module, spec["lr"], spec["optimizer"])
-    feeds = [feed(module, x, y) for x, y in spec["batches"]] * 2
-    entries, seconds = {}, {}
-    for mode, flatbuffer, interp, runtime in (
-        ("builtin", check["flatbuffer"], litert.interpreter(check["flatbuffer"]), f"ai-edge-litert {litert.version()}"),
-        ("flex", flex, tflite.interpreter(flex), f"tensorflow {tf.__version__} tf.lite.Interpreter + Flex delegate"),
-    ):
-        seconds[mode] = litert.median_step_seconds(interp.get_signature_runner("train"), feeds)
-        file = f"{name}.{mode}.tflite"
-        (out / file).write_bytes(flatbuffer)
-        entries[file] = {
-            "model": name,
-            "mode": mode,
-            "size_bytes": len(flatbuffer),
-            "ops": litert.operators(flatbuffer),
-            "custom_ops": litert.custom_operators(flatbuffer),
-            "signatures": litert.signature_details(interp),
-            "trains": module.trained_keys,
-            "optimizer": spec["optimizer"],
-            "learning_rate": spec["lr"],
-            "runtime": {"converter": f"tensorflow {tf.__version__}", "interpreter": runtime},
-            "median_step_seconds": seconds[mode],
-        }
-    entries[f"{name}.builtin.tflite"]["parity"] = {k: row[k] for k in ("steps", "max_loss_diff", "max_weight_diff")}
-    return entries, {
-        "model": name,
-        "trains": spec["train"],
-        "builtin_kb": len(check["flatbuffer"]) / 1024,
-        "flex_kb": len(flex) / 1024,
-        "builtin_step_ms": seconds["builtin"] * 1e3,
-        "flex_step_ms": seconds["flex"] * 1e3,
-        "max_loss_diff": row["max_loss_diff"],
-        "max_weight_diff": row["max_weight_diff"],
-    }
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    import pandas as pd
-
-    parser = argparse.ArgumentParser(
-        description="Export a small instance of every model family in builtin and "
-        "flex mode; write manifest.json; compare step time and size."
-    )
-    parser.add_argument("--out", required=True, type=Path, help="directory for the .tflite files and manifest.json")
-    parser.add_argument("--only", nargs="*", help="export only these instances (by name)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    manifest = {"runtime": {"tensorflow": tf.__version__, "ai-edge-litert": litert.version()}, "files": {}}
-    table = []
-    for spec in _instances(np.random.default_rng(0)):
-        if not args.only or spec["name"] in args.only:
-            entries, row = export_both(spec, args.out)
-            manifest["files"].update(entries)
-            table.append(row)
-            print(f"{spec['name']}: exported both modes", flush=True)
-    staged = args.out / ".manifest.json.part"  # written whole, then renamed: never a half manifest
-    staged.write_text(json.dumps(manifest, indent=1))
-    staged.replace(args.out / "manifest.json")
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else ""
-    )
-    print(
-        f"machine: {platform.machine()} {cpu}, {os.cpu_count()} cores; "
-        f"step time: median of 14 train steps after 2 warm-up, same batches in both modes"
-    )
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
-        print(pd.DataFrame(table).to_string(index=False))
-
-
-if __name__ == "__main__":
-    main()

@@ -4,7 +4,8 @@
 stores a custom operator's name as a flatbuffer string (a little-endian uint32 length, the bytes,
 a NUL), and the converter names every Select op "Flex<TF op name>". We accept a match only when
 its length prefix and terminator agree, which a tensor name merely containing "Flex" does not.
-(The export with inference-result reuse is DeepType's: `papers/deeptype/techniques/inference_reuse.py`.)
+(The export with inference-result reuse: `training.inference_reuse.OnlineTrainer`, converted with
+`device.tflite.REUSE_SIGNATURES`.)
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from ondevice.engine.worker import THREAD_VARIABLES
+from ondevice.threads import THREAD_VARIABLES
 
 EXIT_SKIPPED = 4  # a child runner's exit status when this checkout had completed the notebook
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -36,17 +37,38 @@ class Paper:
     effects: tuple[Effect, ...]
 
 
+class Kind(str, Enum):
+    """Where a diagnosed cause lies. Only the first four are outside our implementation; an open
+    diagnosis says what we measured about our own shortfall, and the row stays ours to fix."""
+
+    DATA = "data"  # the data per user or the stand-in corpus
+    SCALE = "scale"  # the run's sizes (users, words, epochs) against the paper's
+    HARDWARE = "hardware"  # this machine against the paper's phones
+    READ_TWO_WAYS = "paper read two ways"  # the paper supports more than one reading (a setting it leaves open)
+    OPEN = "open"  # measured, but the cause is ours
+
+
 @dataclass(frozen=True)
 class Diagnosis:
-    """Why our change differs from the paper's, in one line, and the notebook section (its heading,
-    or the heading's anchor) whose measurement shows it, so a reader can check the explanation."""
+    """Why our change differs from the paper's, in one line, the notebook section (its heading, or
+    the heading's anchor) whose measurement shows it, so a reader can check the explanation, and
+    the kind of cause: a diagnosis is open (ours to fix) unless it says otherwise."""
 
     text: str
     section: str = ""
+    kind: Kind = Kind.OPEN
 
     def __post_init__(self):
         if not self.text.strip() or "\n" in self.text or "\n" in self.section:
             raise ValueError(f"a diagnosis is one non-empty line (and its section one line), got {self!r}")
+        object.__setattr__(self, "kind", Kind(self.kind))  # a kind's value ("data") reads as the kind; others fail
+
+    def columns(self) -> dict:
+        """The effects table's diagnosis, section and diagnosis kind cells."""
+        return {"diagnosis": self.text, "section": self.section, "diagnosis kind": self.kind.value}
+
+
+NO_DIAGNOSIS = {"diagnosis": "", "section": "", "diagnosis kind": ""}
 
 
 NEAR_ZERO = 0.01  # a paper change within 1 point of zero: no ratio is meaningful, the interval alone decides
@@ -85,6 +107,45 @@ def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str
         return f"agrees within {FACTOR:g}x"
     explained = " ".join(str(diagnosis or "").split())
     return f"differs, explained by {explained}" if explained else "unexplained"
+
+
+def _cell(row: dict, key: str) -> str:
+    value = row.get(key)
+    return value.strip() if isinstance(value, str) else ""  # a CSV's empty cell may read as NaN
+
+
+def flagged_kind(row: dict) -> str | None:
+    """Where the cause of an effects row lies when the audit flags it (interval excludes the paper's
+    change, >3x off or of the other sign): its diagnosis kind (open when it names none), or
+    "unexplained" without a diagnosis; None for a row the audit does not flag."""
+    cells = (row.get("paper change"), row.get("our change"), row.get("ci low"), row.get("ci high"))
+    if not audit(*cells, "flagged?").startswith("differs"):
+        return None
+    if not _cell(row, "diagnosis"):
+        return "unexplained"
+    return _cell(row, "diagnosis kind") or Kind.OPEN.value
+
+
+def kind_counts(rows) -> dict[str, int]:
+    """SUMMARY.md's count of flagged effect rows by where their cause lies (`flagged_kind`), and how
+    many of them are ours to fix: open or unexplained. `rows`: every experiment's effects.csv rows."""
+    counts = {k.value: 0 for k in Kind} | {"unexplained": 0}
+    for row in rows:
+        kind = flagged_kind(row)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts | {"ours to fix": counts[Kind.OPEN.value] + counts["unexplained"]}
+
+
+def kinds_text(rows) -> str:
+    """SUMMARY.md's line on the flagged rows (`kind_counts`): how many are ours to fix, and where the
+    others' causes lie. For publish to render under the effects table."""
+    counts = kind_counts(rows)
+    flagged = sum(v for k, v in counts.items() if k != "ours to fix")
+    outside = [f"{k.value} {counts[k.value]}" for k in Kind if k is not Kind.OPEN and counts[k.value]]
+    text = f"**{counts['ours to fix']} of {flagged} flagged rows are ours to fix** ({counts['open']} with an open "
+    text += f"diagnosis, {counts['unexplained']} unexplained)"
+    return text + (f"; the others name a cause outside our implementation: {', '.join(outside)}." if outside else ".")
 
 
 def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:
@@ -249,8 +310,7 @@ def effects_table(
                 "level": level,
                 "resampled": resampled,
                 **({"repeats": repeats} if repeats is not None else {}),
-                "diagnosis": notes[e.claim].text if e.claim in notes else "",
-                "section": notes[e.claim].section if e.claim in notes else "",
+                **(notes[e.claim].columns() if e.claim in notes else NO_DIAGNOSIS),
             }
         )
     return pd.DataFrame(rows)

@@ -39,6 +39,7 @@ import psutil
 from ondevice import REPO_ROOT
 from ondevice.params import SCALES
 from ondevice.report import at_once, timings
+from ondevice.report.progress import Progress, Ticker
 from ondevice.report.provenance import code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
@@ -362,7 +363,7 @@ def summary(comparisons: dict[str, list[dict] | None], verify: bool) -> str:
     return "\n".join(f"[reproduce] {line}" for line in lines)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", default="default", choices=SCALES)
     ap.add_argument("--notebook", default="", help="run only this notebook (name without .ipynb)")
@@ -382,6 +383,25 @@ def main(argv=None) -> int:
         "run afterwards, alone (report/at_once.py)",
     )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook for --at-once
+    return ap
+
+
+def _notebooks(folder: Path, name: str) -> list[Path]:
+    """The notebooks under `folder` by name (those in folders starting with . or _ are not run), or
+    only the one called `name`."""
+    found = sorted(
+        (
+            p
+            for p in folder.rglob("*.ipynb")
+            if not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)
+        ),
+        key=lambda p: p.stem,
+    )
+    return [n for n in found if n.stem == name.removesuffix(".ipynb")] if name else found
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.at_once < 1:
         ap.error(f"--at-once must be at least 1, got {args.at_once}")
@@ -391,18 +411,9 @@ def main(argv=None) -> int:
         ap.error(f"--params is not valid JSON: {exc}")
     if not isinstance(params, dict):
         ap.error("--params must be a JSON object")
-    notebooks = sorted(
-        (
-            p
-            for p in args.notebooks_dir.rglob("*.ipynb")
-            if not any(part.startswith((".", "_")) for part in p.relative_to(args.notebooks_dir).parts)
-        ),
-        key=lambda p: p.stem,
-    )
-    if args.notebook:
-        notebooks = [n for n in notebooks if n.stem == args.notebook.removesuffix(".ipynb")]
-        if not notebooks:
-            ap.error(f"no notebook named {args.notebook!r} in {args.notebooks_dir}")
+    notebooks = _notebooks(args.notebooks_dir, args.notebook)
+    if args.notebook and not notebooks:
+        ap.error(f"no notebook named {args.notebook!r} in {args.notebooks_dir}")
 
     global _signal
     _signal, began = None, time.perf_counter()
@@ -413,27 +424,35 @@ def main(argv=None) -> int:
 
     def done(notebook: Path, status: str) -> None:
         statuses[notebook.stem] = status
+        if progress is not None:
+            progress.finished(notebook.stem)
+            print(progress.line(), flush=True)
         if status in ("complete", "skipped"):
             final, before = RESULTS / args.scale / notebook.stem, replaced[notebook.stem]
             comparisons[notebook.stem] = show_comparison(
                 notebook.stem, args.scale, final, before if status == "complete" else None
             )
 
+    progress = None
     try:
         if args.child:
             status = run_notebook(notebooks[0], args.scale, params, args.force)
             return {"complete": 0, "skipped": at_once.EXIT_SKIPPED}.get(status, EXIT_FAILED)
-        alone = notebooks
+        together, alone = [], notebooks
         if args.at_once > 1 and len(notebooks) > 1:
             together = [nb for nb in notebooks if not at_once.measures_time(nb)]
             alone = [nb for nb in notebooks if at_once.measures_time(nb)]
-            current = f"{len(together)} notebooks run {args.at_once} at a time"
-            print(f"[reproduce] {current}; then, alone, the {len(alone)} that measure time", flush=True)
-            order = at_once.longest_first(together, RESULTS / args.scale)
-            at_once.run(order, args.scale, params, args.force, args.at_once, RESULTS, done)
-        for notebook in alone:
-            current = notebook.stem
-            done(notebook, run_notebook(notebook, args.scale, params, args.force))
+        progress = Progress(RESULTS / args.scale, [n.stem for n in together], [n.stem for n in alone], args.at_once)
+        print(progress.line(), flush=True)
+        with Ticker(progress, float(os.environ.get("ONDEVICE_PROGRESS_EVERY") or 60)):
+            if together:
+                current = f"{len(together)} notebooks run {args.at_once} at a time"
+                print(f"[reproduce] {current}; then, alone, the {len(alone)} that measure time", flush=True)
+                order = at_once.longest_first(together, RESULTS / args.scale)
+                at_once.run(order, args.scale, params, args.force, args.at_once, RESULTS, done)
+            for notebook in alone:
+                current = notebook.stem
+                done(notebook, run_notebook(notebook, args.scale, params, args.force))
     except KeyboardInterrupt:
         what = signal.Signals(_signal).name if _signal else "KeyboardInterrupt"
         print(

@@ -1,85 +1,23 @@
-"""One training loop for every task, in the cloud and on device, with hooks for techniques.
-
-A technique enters training through a `Hook`: it may choose which variables train (layer
-freezing, fine-tuning the last layer), add a loss term (distillation), transform gradients
-(masks) or supply the batches (a feature-map cache). Hooks compose: a "combined" row is a list
-of hooks. The same `train_step` is what the trainable TFLite export runs on device.
+"""One training loop for every task: epochs of `step.Step` updates (the step the trainable TFLite
+export runs on the phone), with step timing, a stop rule on held-out data and a per-epoch history.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ..tasks import Task
-
-OPTIMIZERS = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}
+from .step import Step
 
 
 def seed_everything(seed: int) -> None:
     """Same seed on one machine -> same numbers: seeds Python, NumPy and TF, deterministic ops."""
     keras.utils.set_random_seed(seed)
     tf.config.experimental.enable_op_determinism()
-
-
-class Hook:
-    """A technique's entry points into training; each default changes nothing."""
-
-    def trainable(self, model: keras.Model, variables: list) -> list:
-        """The variables that train (freezing removes some)."""
-        return variables
-
-    def extra_loss(self, inputs, labels, outputs):
-        """A loss term added to the task's loss (a scalar tensor), or None."""
-        return None
-
-    def gradients(self, grads: list, variables: list) -> list:
-        """Gradients after this technique (e.g. masked); same order as variables."""
-        return grads
-
-    def batches(self, task: Task, data: Any, batch_size: int, rng):
-        """An iterable of (inputs, labels) replacing the task's batches, or None."""
-        return None
-
-
-def make_optimizer(name: str, learning_rate: float, clip_norm: float = 0.0):
-    """`clip_norm` > 0 rescales the gradients whenever their global norm exceeds it (PTB: 5)."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
-    if clip_norm < 0:
-        raise ValueError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
-    return OPTIMIZERS[name](learning_rate, global_clipnorm=clip_norm or None)
-
-
-def trainable_variables(model: keras.Model, hooks: Sequence[Hook]) -> list:
-    variables = list(model.trainable_variables)
-    for hook in hooks:
-        variables = hook.trainable(model, variables)
-    if not variables:
-        raise ValueError("no variable is left to train")
-    return variables
-
-
-def train_step(model, task: Task, optimizer, variables, hooks: Sequence[Hook], inputs, labels):
-    """Task loss plus the hooks' terms, and one optimizer update of `variables`: the same step
-    in the cloud loop and in the exported TFLite model. Returns the total loss."""
-    with tf.GradientTape() as tape:
-        outputs = model(inputs, training=True)
-        loss = task.loss(labels, outputs)
-        for hook in hooks:
-            extra = hook.extra_loss(inputs, labels, outputs)
-            if extra is not None:
-                loss = loss + extra
-    grads = tape.gradient(loss, variables)
-    for hook in hooks:
-        grads = hook.gradients(grads, variables)
-    optimizer.apply_gradients(zip(grads, variables))
-    return loss
 
 
 class StepTimer:
@@ -102,41 +40,19 @@ class StepTimer:
         return float(np.median(steady)) if steady else float("nan")
 
 
-class Trainer:
-    """A model, a task, an optimizer, hooks and one compiled step; `reset` reuses them per user."""
+class Trainer(Step):
+    """The training loop around one `Step`: `step` times each update, `fit` runs epochs with an
+    optional stop rule; `reset` reuses the compiled step for the next user."""
 
-    def __init__(
-        self,
-        model: keras.Model,
-        task: Task,
-        learning_rate: float,
-        optimizer: str = "adam",
-        hooks: Sequence[Hook] = (),
-        warmup_steps: int = 5,
-        clip_norm: float = 0.0,
-    ):
-        self.model, self.task, self.hooks = model, task, list(hooks)
-        self.variables = trainable_variables(model, self.hooks)
-        self.learning_rate = learning_rate
-        self.optimizer = make_optimizer(optimizer, learning_rate, clip_norm)
-        self.optimizer.build(self.variables)
+    def __init__(self, *args, warmup_steps: int = 5, **kwargs):
+        """`Step`'s arguments (model, task, learning_rate, optimizer, hooks, clip_norm); `warmup_steps`
+        are left out of the steady-state step time."""
+        super().__init__(*args, **kwargs)
         self.timer = StepTimer(warmup_steps)
-        sig = task.signature
-        self._step = tf.function(
-            lambda x, y: train_step(model, task, self.optimizer, self.variables, self.hooks, x, y),
-            input_signature=[sig.inputs, sig.labels],
-        )
-
-    def reset(self, weights: list[np.ndarray]) -> None:
-        """Start again from given weights with a fresh optimizer state (incremental training)."""
-        self.model.set_weights(weights)
-        for v in self.optimizer.variables:
-            v.assign(tf.zeros_like(v))
-        self.optimizer.learning_rate = self.learning_rate
 
     def step(self, inputs, labels) -> float:
         start = time.perf_counter()
-        loss = float(self._step(inputs, labels))  # float() waits for the step to finish
+        loss = float(self.train(inputs, labels)["loss"])  # float() waits for the step to finish
         self.timer.add(time.perf_counter() - start)
         return loss
 

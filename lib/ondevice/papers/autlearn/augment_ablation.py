@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.autlearn import protocol
+from ondevice.papers.autlearn import augment_choice, protocol
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import image_augment
-from ondevice.report import claims
+from ondevice.report import claims, conclusion
 
 SECTION = "A3: generated samples or extra steps (MobileNet and LSTM)"
 ORIGINAL, COPIES, GENERATED = "original images only", "with copies of the originals", "with generated images"
@@ -51,7 +51,7 @@ class CopiesEDA:
 
 def text_rows(params, a3_text: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
     """Per LSTM user: A3's two runs (without, with EDA) and the run with copies (`copies`:
-    `protocol.augmented_steps` with `CopiesEDA`, its "with" rows), as `table` reads them."""
+    `cloud_baselines.augmented_steps` with `CopiesEDA`, its "with" rows), as `table` reads them."""
     kinds = [(a3_text, "without", ORIGINAL, "-"), (a3_text, "with", GENERATED, "eda"), (copies, "with", COPIES, "-")]
     epochs = params.text_personal_epochs
     return pd.DataFrame(
@@ -100,10 +100,11 @@ def runs(params) -> list[tuple[str, str, int]]:
     return grid + singles
 
 
-def _augmenter(training: str, operations: str):
+def _augmenter(params, training: str, operations: str):
+    """The run's augmenter: none, copies, or the operations at the chosen strength (`augment_choice`)."""
     if training == ORIGINAL:
         return None
-    return Copies() if training == COPIES else image_augment.ImageAugmenter(tuple(operations.split(" + ")))
+    return Copies() if training == COPIES else augment_choice.augmenter(params, tuple(operations.split(" + ")))
 
 
 def run(params, images, pre, a3: pd.DataFrame | None = None, log=print) -> pd.DataFrame:
@@ -127,7 +128,7 @@ def rows(params, images, pre, a3: pd.DataFrame | None = None, log=print) -> pd.D
             made = done.generated_images.fillna(0).astype(int)
             out += [_row(training, operations, epochs, u, made[u], done.top1[u]) for u in images.users]
             continue
-        augmenter = _augmenter(training, operations)
+        augmenter = _augmenter(params, training, operations)
         for user in images.users:
             train, made = training_set(params, images, user, augmenter)
             step.fit(pre.weights, train, streams.rng(params.seed, f"personal/{user}"), epochs)
@@ -183,14 +184,15 @@ def diagnosis(params, summary: pd.DataFrame) -> claims.Diagnosis | None:
 
 def diagnose(params, effects: pd.DataFrame, claim: dict[str, str], summary: pd.DataFrame) -> pd.DataFrame:
     """`effects` with diagnosis and section columns, filled for each model's augmentation claim
-    (`claim`: model name -> claim) when its diagnosis gives one; `summary` has a model column."""
+    (`claim`: model name -> claim) when its diagnosis gives one; `summary` has a model column. Both
+    diagnoses are open: they measure what our augmentation does, not a cause outside it."""
     image, text = (summary[summary.model == MODEL_NAMES[k]] for k in ("image", "text"))
     why = {
         MODEL_NAMES["image"]: diagnosis(params, image),
         MODEL_NAMES["text"]: text_diagnosis(text) if len(text) else None,
     }
-    out = effects.assign(diagnosis="", section="")
+    out = effects.assign(**claims.NO_DIAGNOSIS)
     for model, d in why.items():
         if d is not None:
-            out.loc[out.effect == claim[model], ["diagnosis", "section"]] = [d.text, d.section]
+            out = conclusion.diagnose(out, claim[model], d)
     return out

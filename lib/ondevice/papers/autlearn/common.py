@@ -37,16 +37,15 @@ import tf_keras as keras
 
 from ondevice import params as _params
 from ondevice import streams
-from ondevice.data import femnist, manifests, sent140
+from ondevice.data import femnist, manifests, per_user_text, sent140
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm, mobilenet_v1
-from ondevice.papers.deeptype.common import read_users
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
 from ondevice.params import Params
 from ondevice.tasks import inference
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.model_cache import cached_train
 from ondevice.training.trainer import Plateau, Trainer
 
@@ -82,18 +81,19 @@ DATA_PRESETS = {
 # Pre-training on Sent140 (Adam 0.002, batch 64, equal-length buckets) until an epoch lowers the loss
 # on 10% of the tweets held out by less than 1%, at most `pretrain_epochs` (default 12, about 2 CPU
 # minutes per epoch: a one-time cost, cached). The on-device step (`protocol`): LSTM softmax by SGD
-# (DeepType's personal optimizer), batch 16 (the paper's), 3 epochs (default 2); MobileNet head by
-# Adam, batch 16, 15 epochs (a fresh 62-class head needs many small steps; the phones' batch 1 changes
-# time, not what is learnt). Rates are chosen on validation users among the candidates
-# (`protocol.choose_rates`); the default preset holds what that choice gave at default (SGD 0.1,
-# Adam 0.03; results/default/autlearn_accuracy/tables/rate_selection.csv), used when nothing is chosen.
+# (DeepType's personal optimizer), batch 16 (the paper's); MobileNet head by Adam, batch 16 (the
+# phones' batch 1 changes time, not what is learnt). Rates and epochs are chosen together on the
+# validation users among the candidates (`protocol.choose_steps`: the highest mean top-1 on their
+# later parts); the preset's rate and epochs (default: SGD 0.1 for 2 epochs, Adam 0.03 for 15, what
+# the rate choice gave at default with those epochs fixed, rate_selection.csv) serve when nothing is chosen.
 TRAINING_PRESETS = {
     "smoke": dict(pretrain_epochs=1, text_personal_epochs=1, image_personal_epochs=5),
     "default": dict(pretrain_epochs=12, text_personal_epochs=2),
     "paper": dict(pretrain_epochs=20),
 }
 RATE_PRESETS = {
-    "smoke": dict(text_rate_candidates=(0.1, 1.0), image_rate_candidates=(0.003, 0.03)),
+    "smoke": dict(text_rate_candidates=(0.1, 1.0), image_rate_candidates=(0.003, 0.03))
+    | dict(text_epoch_candidates=(1, 2), image_epoch_candidates=(5, 10)),
     "default": dict(text_personal_learning_rate=0.1, image_personal_learning_rate=0.03),
 }
 PRESETS = _params.presets(
@@ -147,10 +147,12 @@ class AutLearnParams(Params):
     image_personal_learning_rate: float = 0.003
     image_personal_epochs: int = 15
     image_personal_batch_size: int = 16
-    # on-device rates tried on the validation users (the more conservative first: ties go to it);
-    # empty = keep the preset's rate
+    # on-device rates and epochs tried on the validation users (`protocol.choose_step`; the more
+    # conservative first: ties go to it); empty = keep the preset's rate / epochs
     text_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
     image_rate_candidates: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+    text_epoch_candidates: tuple[int, ...] = (1, 2, 3, 5)
+    image_epoch_candidates: tuple[int, ...] = (5, 10, 15, 30)
 
     def check(self) -> None:
         self.at_least(1, *"embedding_dim hidden_units lstm_layers k pretrain_epochs pretrain_batch_size".split())
@@ -168,6 +170,8 @@ class AutLearnParams(Params):
         self.positive("pretrain_learning_rate", "text_personal_learning_rate", "image_personal_learning_rate")
         for name in ("text_rate_candidates", "image_rate_candidates"):
             self.require(all(c > 0 for c in getattr(self, name)), name, "must hold positive learning rates")
+        for name in ("text_epoch_candidates", "image_epoch_candidates"):
+            self.require(all(c >= 1 for c in getattr(self, name)), name, "must hold epochs >= 1")
         for name in ("text_personal_optimizer", "image_personal_optimizer"):
             self.require(getattr(self, name) in ("sgd", "adam"), name, "must be 'sgd' or 'adam'")
         for name in ("corpus", "sent140_dir", "femnist_dir"):
@@ -308,7 +312,7 @@ def load_text(params: AutLearnParams, log=print, speeches=None, tweets=None) -> 
     `speeches` / `tweets` replace the Shakespeare speeches / Sent140 tweets (tests)."""
     public, held_out, files = public_sentences(params, tweets)
     vocab = Vocabulary.from_sentences(public + held_out, params.vocab_size)
-    manifest, users = read_users(params, speeches)
+    manifest, users = per_user_text.read_users(params.corpus, speeches)
     sizes = {u: sum(map(len, s)) for u, s in users.items()}
     p = params
     chosen, held = top_users(
@@ -360,7 +364,7 @@ PRETRAIN_CODE = (
     "ondevice.tasks.next_word",
     "ondevice.models.lstm_lm",
     "ondevice.streams",
-    "ondevice.papers.deeptype.techniques.bucketing",
+    "ondevice.training.bucketing",
 )
 
 

@@ -16,20 +16,21 @@ import pandas as pd
 import tf_keras as keras
 
 from ondevice import streams
+from ondevice.data import per_user_text
 from ondevice.device import availability as av
+from ondevice.device.device_profile import extrapolate_seconds
 from ondevice.device.energy import profiles
 from ondevice.device.energy.base import MODELLED
 from ondevice.device.energy.modelled import ModelledMeter
 from ondevice.device.energy.workload import step_flops
-from ondevice.papers.autlearn import protocol
+from ondevice.models import svd_compression
+from ondevice.papers.autlearn import online_learning, protocol, step_timing
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import pruning
 from ondevice.papers.autlearn.techniques.compiler import quiet_tracing
-from ondevice.papers.deeptype import common as deeptype_common
-from ondevice.papers.deeptype import export as device_export
-from ondevice.papers.deeptype.techniques import svd_compression
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import Trainer, seed_everything
 
 CACHE = ("without cache", "with cache")
@@ -37,7 +38,7 @@ CACHE = ("without cache", "with cache")
 
 # ---- AutLearn's on-device step on this machine (autlearn_cost) -----------------------------------
 # `data.timed(kind)` gives the timed users of a model kind and their training parts; `variants` maps
-# each kind to its `protocol.Compressed` models, the uncompressed one first.
+# each kind to its `compression.Compressed` models, the uncompressed one first.
 
 
 def counted_seconds(params, flops: float) -> float:
@@ -72,7 +73,7 @@ def epochs(params, data, kind: str):
 
 
 def _time(params, step, batches: list) -> tuple[float, int]:
-    return protocol.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
+    return step_timing.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
 
 
 def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
@@ -83,7 +84,7 @@ def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
     with quiet_tracing():
         for kind, compressed in variants.items():
             for v in compressed:
-                step = protocol.step_function(params, kind, "tensorflow", v.model, v.head) if measured else None
+                step = step_timing.step_function(params, kind, "tensorflow", v.model, v.head) if measured else None
                 for batch, user, batches in epochs(params, data, kind):
                     flops = epoch_flops(v.model, v.head, batches)
                     per_step, timed = _time(params, step, batches) if measured else (0.0, 0)
@@ -104,7 +105,7 @@ def compiler(params, data, variants: dict, log=print) -> pd.DataFrame:
             start = base.model.get_weights()
             for path in params.compiler_paths:
                 base.model.set_weights(start)
-                step = protocol.step_function(params, kind, path, base.model, base.head)
+                step = step_timing.step_function(params, kind, path, base.model, base.head)
                 for batch, user, batches in epochs(params, data, kind):
                     per_step, timed = _time(params, step, batches)
                     row = dict(model=MODEL_NAMES[kind], batch=batch, user=user, path=path, steps=len(batches))
@@ -126,7 +127,7 @@ def first_step_losses(params, data, variants: dict) -> pd.DataFrame:
         for path in params.compiler_paths:
             base.model.set_weights(start)
             with quiet_tracing():
-                losses[path] = protocol.step_function(params, kind, path, base.model, base.head)(*batch)
+                losses[path] = step_timing.step_function(params, kind, path, base.model, base.head)(*batch)
         base.model.set_weights(start)
         for path, loss in losses.items():
             row = dict(model=MODEL_NAMES[kind], path=path, first_step_loss=loss)
@@ -144,13 +145,13 @@ def online(params, data, variants: dict, log=print) -> pd.DataFrame:
     with quiet_tracing():
         for kind, (base, *_) in variants.items():
             start, (users, train) = base.model.get_weights(), data.timed(kind)
-            trainer = protocol.online_trainer(params, kind, base.model) if measured else None
+            trainer = online_learning.online_trainer(params, kind, base.model) if measured else None
             for user in users:
                 batches = _stream(params, kind, train[user])
                 flops = {c: epoch_flops(base.model, base.head, batches, c == "with cache") for c in CACHE}
                 if measured:
                     timing = params.timing_steps, params.warmup_steps, params.timing_repeats
-                    seconds = protocol.update_seconds(trainer, start, batches, *timing)
+                    seconds = step_timing.update_seconds(trainer, start, batches, *timing)
                 else:
                     seconds = {c: counted_seconds(params, f) for c, f in flops.items()}
                 for c in CACHE:
@@ -173,21 +174,21 @@ def _stream(params, kind: str, part) -> list:
 # ---- full training against fine-tuning on this machine (autlearn_availability) -------------------
 
 
-def personal_batches(params, corpus: deeptype_common.Corpus, user: str) -> list:
+def personal_batches(params, corpus: per_user_text.Corpus, user: str) -> list:
     """One epoch of a user's personal training batches (the earlier part of the user's lines)."""
     train, _ = corpus.personal(user, params.personal_train_fraction)
     rng = streams.rng(params.seed, f"personal/{user}")
     return list(NextWordTask(params.k).batches(train, params.personal_batch_size, rng))
 
 
-def host_times(params, corpus: deeptype_common.Corpus, log=print) -> pd.DataFrame:
+def host_times(params, corpus: per_user_text.Corpus, log=print) -> pd.DataFrame:
     """Per test user and variant (`full`, `fine_tune`): steps per epoch, mean padded length, and the
     host's seconds per step: the steady-state median of `timing_steps` steps after warm-up, both
     variants stepping in turn so that load from other processes hits them alike (measured), or the
     FLOPs of the user's batches at `host_gflops` (counted). Step time does not depend on the
     weights, so DeepType's freshly initialised LSTM is timed. Seconds per epoch = step x steps."""
     seed_everything(params.seed)
-    model, task = deeptype_common.build_model(params, corpus, params.seed), NextWordTask(params.k)
+    model, task = typing_protocol.build_model(params, corpus, params.seed), NextWordTask(params.k)
     start, rate, optimizer = model.get_weights(), params.personal_learning_rate, params.personal_optimizer
     trainers = {
         "full": Trainer(model, task, rate, optimizer),
@@ -208,7 +209,9 @@ def host_times(params, corpus: deeptype_common.Corpus, log=print) -> pd.DataFram
         else:
             steps = {}
             for variant, t in trainers.items():
-                flops = [step_flops(model, t.variables, int(x.size), model.output_shape[-1]) for x, _ in batches]
+                flops = [
+                    step_flops(model, t.variables_to_train, int(x.size), model.output_shape[-1]) for x, _ in batches
+                ]
                 steps[variant] = float(np.mean(flops)) / (params.host_gflops * 1e9)
         samples, lengths = int(sum(len(x) for x, _ in batches)), [x.shape[1] for x, _ in batches]
         for variant, step in steps.items():
@@ -235,13 +238,13 @@ def layer_times(phones=tuple(av.PHONES)) -> tuple[dict[str, av.LayerTimes], pd.D
     return fits, pd.DataFrame([f for t in fits.values() for f in t.fit])
 
 
-def phone_times(params, corpus: deeptype_common.Corpus, host: pd.DataFrame, fits: dict[str, av.LayerTimes]):
+def phone_times(params, corpus: per_user_text.Corpus, host: pd.DataFrame, fits: dict[str, av.LayerTimes]):
     """Per test user, phone and variant: seconds per epoch on the phone, extrapolated. Full training:
     the phone's device profile (FLASH's layer times at our sizes, at the users' mean length), scaled
     to the user's steps and mean length by `extrapolate_seconds`; fine-tuning: that x the host's
     fine-tune / full step-time ratio (the phones' measurements cover full training only). Returns the
     table and the device profiles."""
-    config = deeptype_common.model_config(params, corpus)
+    config = typing_protocol.model_config(params, corpus)
     batch, mean_length = params.personal_batch_size, float(host.mean_padded_length.mean())
     device_profiles = {phone: av.device_profile(t, config, batch, mean_length) for phone, t in fits.items()}
     ratio = {"fine_tune": fine_tune_time_ratio(host), "full": 1.0}
@@ -249,7 +252,7 @@ def phone_times(params, corpus: deeptype_common.Corpus, host: pd.DataFrame, fits
     rows = []
     for r in host[host.variant == "full"].itertuples():
         for phone, profile in device_profiles.items():
-            e = device_export.extrapolate_seconds(profile, r.steps_per_epoch, r.mean_padded_length)
+            e = extrapolate_seconds(profile, r.steps_per_epoch, r.mean_padded_length)
             outside = ", ".join(fits[phone].outside_grid(config, batch, r.mean_padded_length)) or "-"
             for variant, scale in ratio.items():
                 step, minutes = e["step_seconds"] * scale, e["seconds"] * scale / 60

@@ -1,11 +1,12 @@
 """Why FedAvg trails CloudTrain (autlearn_accuracy, issue 26). Our CloudTrain beats FedAvg by far
 more than the paper's 1%. FedAvg's clients are the users, each with one role's lines or one
 writer's characters (non-IID data), so each round's local training pulls the model toward a few
-users' data (client drift), which pooled training never sees. The same FedAvg (rounds, clients per
-round, local epochs, optimizer, stopping rule, start weights and client draws) on *shuffled*
-clients, as many as the users and each as large as its user's training set, filled with samples
-drawn at random from every user's training data, removes only that: the data, its amount and the
-client sizes stay. Run on the first seed.
+users' data (client drift), which pooled training never sees. The same FedAvg (`fedavg_baseline`:
+rounds, clients per round, the chosen local epochs and client rate, stopping rule, start weights
+and client draws) on *shuffled* clients, as many as the users and each as large as its user's
+training set, filled with samples drawn at random from every user's training data, removes only
+that: the data, its amount and the client sizes stay. Run on the first seed; it is also FedAvg's
+known-answer control (`fedavg_baseline.control_table`).
 
 The rule, fixed before any run: the row "CloudTrain beats FedAvg (<model>)" is explained when, with
 shuffled clients, CloudTrain's advantage agrees with the paper's change (`claims.audit`: the
@@ -20,29 +21,12 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.autlearn import protocol
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.report import claims
 
 SECTION = "Why FedAvg trails CloudTrain: shuffled clients"
 SHUFFLED = "FedAvg, shuffled clients (ablation)"
 ADVANTAGE = "CloudTrain's advantage"  # relative change of the mean top-1, CloudTrain over FedAvg
-
-
-def train(params, kind: str, cloud, start, clients: dict, holdout, seed: int, log) -> list[dict]:
-    """FedAvg from `start` over `clients` to its plateau (`protocol.converge_fedavg`, the preset's
-    rounds, clients per round, local epochs and batch); its curve. The client draws follow `seed`
-    and the kind only, so both client sets are drawn alike."""
-    (rounds, per_round), batch = params.fedavg_setting(kind), params.cloud(kind)[2]
-    fed = (
-        rounds,
-        min(per_round, len(clients)),
-        params.fedavg_local_epochs,
-        batch,
-        streams.tf_seed(seed, f"fedavg/{kind}"),
-    )
-    rule = dict(evaluate=holdout, stop=params.plateau("FedAvg"), evaluate_every=params.fedavg_evaluate_every, log=log)
-    return protocol.converge_fedavg(cloud, start, clients, *fed, **rule)
 
 
 def client_sets(fedavg: str, kind: str, data, seed: int, ablate: bool) -> dict:
@@ -102,7 +86,7 @@ def table(users: pd.DataFrame, paper: claims.Paper, cloud: str, fedavg: str, see
 
 def diagnoses(ablation: pd.DataFrame) -> dict[str, claims.Diagnosis]:
     """CLAIM of each model whose shuffled-clients row agrees with the paper (the module's rule) -> its
-    diagnosis; none for the others."""
+    diagnosis, whose cause is the data (the users' non-IID split); none for the others."""
     out = {}
     for model, g in ablation.groupby("model", sort=False):
         users, shuffled = (g[g.clients.str.startswith(c)].iloc[0] for c in ("users", "shuffled"))
@@ -111,5 +95,5 @@ def diagnoses(ablation: pd.DataFrame) -> dict[str, claims.Diagnosis]:
         change = lambda r: f"{r[ADVANTAGE]:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"  # noqa: E731
         text = "the users' non-IID data: with shuffled clients (the same data and client sizes) CloudTrain beats "
         text += f"FedAvg by {change(shuffled)}, with users as clients {change(users)} (first seed)"
-        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION)
+        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION, claims.Kind.DATA)
     return out

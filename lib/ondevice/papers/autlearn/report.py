@@ -1,6 +1,6 @@
-"""How the AutLearn experiments report: (seeds, users) matrices for paired effects, effect rows for
-claims without a table in paper.toml, the run record, the tables and claims particular to one
-experiment (named in each docstring), and the notebooks' figures (one style)."""
+"""How the AutLearn experiments report (their conclusions go through `report.conclusion`): the
+verdicts' text, the tables and claims particular to one experiment (named in each docstring), and
+the notebooks' figures (one style)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,11 @@ from ondevice.data.device_traces import AUTONOMOUS, CHARGING, CONDITIONS, FEDERA
 from ondevice.device.energy.base import MODELLED
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
-from ondevice.report import claims, facts, record
+from ondevice.report import claims, facts
+from ondevice.report.conclusion import wide
 
 COLOURS = {AUTONOMOUS: "#00798c", FEDERATED: "#d1495b", CHARGING: "#8c8c8c"}
 RED = "#d1495b"
-
-
-def wide(table: pd.DataFrame, value: str, **where) -> np.ndarray:
-    """One measurement of the rows matching `where` as (seeds, users), users sorted (one row when
-    the table has no seed column): what a paired effect compares."""
-    sel = table[np.logical_and.reduce([table[k] == v for k, v in where.items()])] if where else table
-    sel = sel if "seed" in sel else sel.assign(seed=0)
-    return sel.pivot(index="seed", columns="user", values=value).sort_index(axis=1).to_numpy(float)
-
-
-def effect_row(effect: str, paper_change: float, better, worse, rng, n_boot: int, **extra) -> dict:
-    """A claim's row as `claims.effects_table` writes it (for claims whose paper change is no
-    ratio of two paper numbers): our relative change of the mean over users with its paired bootstrap
-    interval, `extra` columns after the interval."""
-    r = claims.paired_effect(better, worse, rng, n_boot=n_boot, statistic="mean")
-    interval = {"our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"]}
-    counts = ("users", "seeds", "users improved", "users worse", "sign test p", "verdict")
-    rest = {k: r[k.replace(" ", "_")] for k in counts}
-    return {"effect": effect, "paper change": paper_change, **interval, **extra, **rest, "level": 0.95}
 
 
 def verdicts(effects: pd.DataFrame, without_number: str) -> str:
@@ -52,22 +34,6 @@ def verdicts(effects: pd.DataFrame, without_number: str) -> str:
     return "\n".join(lines)
 
 
-def result(name: str, params, tables: dict, headline: dict, data: list, stand_in, wall_time_s, artifacts=None, **notes):
-    """The run's record, with the headline table among the tables."""
-    tables = {**tables, "headline": claims.headline_table(headline)}
-    return record.Result(
-        name,
-        params.to_dict(),
-        tables,
-        data,
-        stand_in,
-        wall_time_s,
-        notes=notes,
-        headline=headline,
-        artifacts=artifacts or {},
-    )
-
-
 def rate_notes(params, text, images) -> dict:
     """What run.json records of the on-device rates and the users they were chosen on."""
     return {
@@ -75,6 +41,7 @@ def rate_notes(params, text, images) -> dict:
             "text": params.text_personal_learning_rate,
             "image": params.image_personal_learning_rate,
         },
+        "on_device_epochs_chosen": {"text": params.text_personal_epochs, "image": params.image_personal_epochs},
         "validation_users": {"text": list(text.validation.users), "image": list(images.validation.users)},
         "effects_statistic": "mean over users (paired bootstrap)",
     }
@@ -152,7 +119,7 @@ def larger_later_text(eff: pd.DataFrame, claims_: dict, stand_in: str) -> str:
 
 
 def compression_table(variants: dict) -> pd.DataFrame:
-    """autlearn_cost: what each compression (`protocol.Compressed`, per kind) leaves: parameters (the
+    """autlearn_cost: what each compression (`compression.Compressed`, per kind) leaves: parameters (the
     non-zero ones show magnitude pruning), forward FLOPs per sample, size as float32 and
     zlib-compressed (where sparsity shows), validation top-1, and ratios to the uncompressed model."""
     rows = []
@@ -462,3 +429,26 @@ def plot_finish(finish: pd.DataFrame, params):
     right.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_fedavg_control(training: pd.DataFrame, tolerance: float, cloud: str, shuffled: str):
+    """autlearn_accuracy: per model, the first seed's held-out loss of CloudTrain and of IID FedAvg against the
+    examples seen; the band is CloudTrain's kept loss up to the tolerance."""
+    import matplotlib.pyplot as plt
+
+    scored = training.dropna(subset=["holdout_loss"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, model in zip(axes, MODEL_NAMES.values()):
+        d = scored[(scored.model == model) & (scored.seed == scored.seed.min())]
+        for method in (cloud, shuffled):
+            m = d[d.method == method]
+            ax.plot(m.epochs_seen, m.holdout_loss, marker="o", label=method)
+        kept = d[(d.method == cloud) & d.kept].holdout_loss
+        if len(kept):
+            ax.axhspan(
+                kept.iloc[0], kept.iloc[0] * (1 + tolerance), color="0.85", label=f"CloudTrain + {tolerance:.0%}"
+            )
+        xlabel = "examples seen (epochs of the pooled training data)"
+        ax.set(title=f"{model}: IID FedAvg against CloudTrain", xlabel=xlabel, ylabel="loss on validation users")
+        ax.legend(frameon=False, fontsize=8)
+    return _finish(fig)

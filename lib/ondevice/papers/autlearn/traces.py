@@ -63,7 +63,7 @@ def load_trace(params, log=print) -> Trace:
     if params.trace_source == "synthetic":
         rng = streams.rng(params.seed, "availability/trace")
         doc = device_traces.synthetic_flash(
-            params.trace_devices, params.trace_days, rng, params.synthetic_model(), params.trace_start
+            params.trace_devices, params.trace_days, rng, params.trace, params.trace_start
         )
         blob = json.dumps(doc, sort_keys=True).encode()
         with tempfile.TemporaryDirectory() as tmp:
@@ -114,9 +114,10 @@ def wifi_sweep(params, home_wifi=(0.2, 0.4, 0.6, 0.8, 1.0)) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     for share in home_wifi:
-        minutes = minutes_per_day(load_trace(dataclasses.replace(params, trace_home_wifi=share), log=lambda *_: None))
+        habits = dataclasses.replace(params.trace, home_wifi=share)
+        minutes = minutes_per_day(load_trace(dataclasses.replace(params, trace=habits), log=lambda *_: None))
         median = minutes.groupby("condition").minutes_per_day.median()
-        row = {"home_wifi": share, "used": share == params.trace_home_wifi}
+        row = {"home_wifi": share, "used": share == params.trace.home_wifi}
         row |= {f"median minutes, {c}": float(median[c]) for c in (AUTONOMOUS, FEDERATED)}
         rows.append(row | {"change": float(median[AUTONOMOUS] / median[FEDERATED] - 1)})
     return pd.DataFrame(rows)

@@ -11,7 +11,8 @@ from ondevice.data.places import ELSEWHERE
 from ondevice.models import mrnn
 from ondevice.papers.colla.common import CollaParams, Devices
 from ondevice.papers.colla.protocol import BASELINES, CONTEXT, MARKOV, METHODS
-from ondevice.report import publish
+from ondevice.report import claims
+from ondevice.report.pages.cells import diagnosis
 
 COST_APPROACHES = ("Same-Whole", "Same-FC", "Customization")  # colla_cost's update approaches
 
@@ -74,7 +75,8 @@ def diagnose(effects: pd.DataFrame, last: pd.DataFrame, controls: pd.DataFrame, 
     >3x off or of the other sign) with this run's measurements: the two medians, the samples per
     device and cycle against the paper's sampled device, and the known-answer controls (a model
     with the paper's inputs against the Markov table, and with the table's input only), which
-    tell untrained models from inputs that generalise worse than the table."""
+    tell untrained models from inputs that generalise worse than the table. Open: our
+    models' shortfall."""
     medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
     table = controls.set_index(["control", "inputs"])
     said = "; ".join(
@@ -83,13 +85,14 @@ def diagnose(effects: pd.DataFrame, last: pd.DataFrame, controls: pd.DataFrame, 
     )
     effects = effects.copy()
     for i, row in effects.iterrows():
-        if publish.diagnosis(row.to_dict()) != "unexplained":
+        if diagnosis(row.to_dict()) != "unexplained":
             continue
         other = row.effect.rsplit(" ", 1)[-1]
-        effects.loc[i, "diagnosis"] = (
+        effects.loc[i, ["diagnosis", "diagnosis kind"]] = [
             f"medians Colla {medians['Colla']:.2f} vs {other} {medians[other]:.2f}; a device has a median "
-            f"{samples:.0f} samples per cycle (the paper's sampled device {PAPER_DEVICE_SAMPLES}); controls {said}"
-        )
+            f"{samples:.0f} samples per cycle (the paper's sampled device {PAPER_DEVICE_SAMPLES}); controls {said}",
+            claims.Kind.OPEN.value,
+        ]
     return effects
 
 

@@ -58,8 +58,8 @@ class Bench:
 
 def technique_steps(b: Bench, x, y) -> dict[str, float]:
     """[1] Seconds per step of full training and of each technique that changes the step."""
-    from ondevice.papers.deeptype.techniques import svd_compression as svd
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+    from ondevice.models import svd_compression as svd
+    from ondevice.training.fine_tune import FineTune
     from ondevice.training.trainer import Trainer
 
     rank = svd.rank_for(b.config.hidden_units, 0.1)
@@ -81,10 +81,11 @@ def technique_steps(b: Bench, x, y) -> dict[str, float]:
 def tflite_steps(b: Bench, x, y, steps: dict[str, float]) -> None:
     """[2] One training step through the TFLite interpreter (Flex delegate) against TensorFlow's."""
     from ondevice.device import tflite
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+    from ondevice.training.fine_tune import FineTune
+    from ondevice.training.step import Step
 
     for name, hooks in (("full", []), ("fine_tune", [FineTune()])):
-        train = tflite.interpreter(tflite.convert(tflite.TrainableModel(b.model, b.task, 1e-3, hooks=hooks)))
+        train = tflite.interpreter(tflite.convert(Step(b.model, b.task, 1e-3, hooks=hooks)))
         run = train.get_signature_runner("train")
         lite = b.time(lambda r, a, c: r(tokens=a, labels=c), run, x, y)
         print(f"  {name:10s} TFLite {lite * 1e3:8.2f} ms   TF {steps[name] * 1e3:8.2f} ms   x{lite / steps[name]:.2f}")
@@ -93,18 +94,18 @@ def tflite_steps(b: Bench, x, y, steps: dict[str, float]) -> None:
 def online_reuse(b: Bench) -> None:
     """[3] One online batch of 16 with and without reuse of inference results, TF and TFLite."""
     from ondevice.device import tflite
-    from ondevice.papers.deeptype.techniques import inference_reuse
+    from ondevice.training import inference_reuse
 
     online = inference_reuse.OnlineTrainer(b.model, b.task, 1e-3)
-    reuse = inference_reuse.ReuseTrainableModel(b.model, b.task, 1e-3)
-    lite = tflite.interpreter(tflite.convert(reuse, inference_reuse.REUSE_SIGNATURES)).get_signature_runner
+    reuse = inference_reuse.OnlineTrainer(b.model, b.task, 1e-3)
+    lite = tflite.interpreter(tflite.convert(reuse, tflite.REUSE_SIGNATURES)).get_signature_runner
     ltrain, lcache, lfrom = lite("train"), lite("infer_and_cache"), lite("train_from_cache")
     header = ("length", 6), ("TF without", 11), ("TF with", 9), ("ratio", 6), ("TFLite without", 15), ("with", 6)
     print(" " + "".join(f" {name:>{width}s}" for name, width in header + (("ratio", 6),)))
     for length in (2, 10, 20, 30):
         bx, by = b.batch(16, length)
         feats, lfeats = online.infer_and_cache(bx)["features"], lcache(tokens=bx)["features"]
-        r = [b.time(online.step_without_reuse, bx, by), b.time(online.train_from_cache, feats, by)]
+        r = [b.time(online.train, bx, by), b.time(online.train_from_cache, feats, by)]
         r.append(b.time(lambda a, c: ltrain(tokens=a, labels=c), bx, by))
         r.append(b.time(lambda f, c: lfrom(features=f, labels=c), lfeats, by))
         cells = (r[0] * 1e3, r[1] * 1e3, r[0] / r[1], r[2] * 1e3, r[3] * 1e3, r[2] / r[3])
@@ -114,11 +115,11 @@ def online_reuse(b: Bench) -> None:
 def against_gemm(b: Bench, steps: dict[str, float]) -> None:
     """[4] The full train step's achieved FLOP/s as a fraction of this run's GEMM FLOP/s, where the
     step's time goes, and the same step compiled by XLA."""
-    import tensorflow as tf
 
     from ondevice.papers.deeptype.bench_measures import gemm_flops, step_flops, step_parts
-    from ondevice.papers.deeptype.techniques import inference_reuse
-    from ondevice.training.trainer import Trainer, make_optimizer, train_step, trainable_variables
+    from ondevice.training import inference_reuse
+    from ondevice.training.step import Step
+    from ondevice.training.trainer import Trainer
 
     start, peak = b.model.get_weights(), gemm_flops()
     print(f"  GEMM (float32 matmul, TensorFlow): {peak / 1e9:.1f} GFLOP/s")
@@ -146,10 +147,8 @@ def against_gemm(b: Bench, steps: dict[str, float]) -> None:
             print(f"    {name:42s} {ms:8.2f}  {ms / full:5.0%}")
     # an attempt to raise the fraction: compile the same step with XLA (fuses the LSTM loop's small ops)
     try:
-        variables, opt = trainable_variables(b.model, []), make_optimizer("adam", 1e-3)
-        opt.build(variables)
-        xla = tf.function(lambda a, c: train_step(b.model, b.task, opt, variables, [], a, c), jit_compile=True)
-        tx = b.time(lambda a, c: float(xla(a, c)), *b.batch(16), repeats=min(b.repeats, 3), warmup=1)
+        xla = Step(b.model, b.task, 1e-3, jit_compile=True).train
+        tx = b.time(lambda a, c: float(xla(a, c)["loss"]), *b.batch(16), repeats=min(b.repeats, 3), warmup=1)
         rate = step_flops(b.config, 16, b.length)[0] / tx
         print(f"  batch  16, XLA (jit_compile): {tx * 1e3:8.2f} ms/step -> {rate / peak:6.1%} of GEMM")
     except Exception as exc:  # noqa: BLE001  (XLA is an attempt, not a requirement)
@@ -180,8 +179,8 @@ def main(argv=None) -> int:
 
     from ondevice.data.typing_samples import CHARS
     from ondevice.models import lstm_lm
-    from ondevice.papers.deeptype.common import MODEL_PRESETS, DeepTypeParams
     from ondevice.tasks.next_word import NextWordTask
+    from ondevice.tasks.typing_protocol import MODEL_PRESETS, DeepTypeParams
 
     preset = MODEL_PRESETS[args.scale]
     fields = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers")

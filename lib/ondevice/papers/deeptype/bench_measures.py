@@ -39,7 +39,7 @@ def step_flops(config, batch: int, length: int) -> tuple[float, str, str]:
     (each LSTM layer: 4 gates of (input + H) x H multiply-adds; the softmax: H x V; 2 FLOPs per
     multiply-add; elementwise work left out), times batch x length positions, times 3 (the backward
     pass counted as twice the forward: gradients of the inputs and of the weights)."""
-    from ondevice.papers.deeptype.techniques.inference_reuse import forward_flops
+    from ondevice.training.inference_reuse import forward_flops
 
     lstm, softmax = forward_flops(config, 1)
     h, widths = config.hidden_units, [config.embedding_dim] + [config.hidden_units] * (config.layers - 1)
@@ -60,7 +60,7 @@ def step_parts(model, task, batch: tuple, repeats: int) -> dict[str, float]:
     the cross-entropy's exponentials over every position x vocabulary word are not GEMM FLOPs."""
     import tensorflow as tf
 
-    from ondevice.training.trainer import make_optimizer
+    from ondevice.training.step import make_optimizer
 
     x, y = (tf.constant(a) for a in batch)
     variables, opt = model.trainable_variables, make_optimizer("sgd", 0.1, 5.0)

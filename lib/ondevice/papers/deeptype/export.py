@@ -29,53 +29,31 @@ import numpy as np
 
 from ondevice import REPO_ROOT
 
-# AutLearn's availability notebook reads device profiles through this module.
-from ondevice.device.device_profile import PROFILE_FORMAT, extrapolate_seconds, load_device_profile  # noqa: F401
-
 SVD_NOTE = (
     "softmax factored at 10% of its input width from the global model, without the cloud re-training "
-    "(svd_compression.retrain_global): the file's structure and step cost are the compressed model's, its "
+    "(svd_retrain.retrain_global): the file's structure and step cost are the compressed model's, its "
     "weights are not the re-trained ones"
 )
 RUNNER = "python tools/ondevice_runner.py --model <file> --data user_0.npz --out log.json"
 NOTES = {"svd_compression": SVD_NOTE, "svd_compression_fine_tune_reuse": SVD_NOTE}
 
 
-def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
-    """A user's samples in typing order, cut into online batches of `batch_size` (the last partial
-    batch is dropped, as a keyboard trains only once its buffer is full), padded to one shape."""
-    n = len(samples) // batch_size
-    if n == 0:
-        raise ValueError(f"the user has {len(samples)} samples, fewer than one batch of {batch_size}")
-    padded = [samples.padded(np.arange(i * batch_size, (i + 1) * batch_size)) for i in range(n)]
-    tokens = np.zeros((n, batch_size, max(x.shape[1] for x, _ in padded)), np.int32)
-    labels = np.zeros_like(tokens)
-    for i, (x, y) in enumerate(padded):
-        tokens[i, :, : x.shape[1]], labels[i, :, : y.shape[1]] = x, y
-    return {"tokens": tokens, "labels": labels, "lengths": np.array([x.shape[1] for x, _ in padded], np.int32)}
-
-
-def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`user_batches` as the keyboard feeds them: each batch cut to its own length."""
-    data = user_batches(samples, batch_size)
-    return [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]
-
-
 def variant_modules(model, task, learning_rate: float, optimizer: str = "adam", clip_norm: float = 0.0) -> dict:
     """name -> (trainable module, its signatures) of every exported variant."""
-    from ondevice.device.tflite import SIGNATURES, TrainableModel
-    from ondevice.papers.deeptype.techniques import svd_compression as svd
-    from ondevice.papers.deeptype.techniques.fine_tune import FineTune
-    from ondevice.papers.deeptype.techniques.inference_reuse import REUSE_SIGNATURES, ReuseTrainableModel
+    from ondevice.device.tflite import REUSE_SIGNATURES, SIGNATURES
+    from ondevice.models import svd_compression as svd
+    from ondevice.training.fine_tune import FineTune
+    from ondevice.training.inference_reuse import OnlineTrainer
+    from ondevice.training.step import Step
 
     compressed = svd.compress(model, svd.rank_for(int(model.get_layer("softmax").input.shape[-1]), 0.1))
     training, clip = (task, learning_rate, optimizer), {"clip_norm": clip_norm}
     return {
-        "full": (TrainableModel(model, *training, **clip), SIGNATURES),
-        "fine_tune": (TrainableModel(model, *training, hooks=[FineTune()], **clip), SIGNATURES),
-        "fine_tune_reuse": (ReuseTrainableModel(model, *training, **clip), REUSE_SIGNATURES),
-        "svd_compression": (TrainableModel(compressed, *training, **clip), SIGNATURES),
-        "svd_compression_fine_tune_reuse": (ReuseTrainableModel(compressed, *training, **clip), REUSE_SIGNATURES),
+        "full": (Step(model, *training, **clip), SIGNATURES),
+        "fine_tune": (Step(model, *training, hooks=[FineTune()], **clip), SIGNATURES),
+        "fine_tune_reuse": (OnlineTrainer(model, *training, **clip), REUSE_SIGNATURES),
+        "svd_compression": (Step(compressed, *training, **clip), SIGNATURES),
+        "svd_compression_fine_tune_reuse": (OnlineTrainer(compressed, *training, **clip), REUSE_SIGNATURES),
     }
 
 
@@ -94,14 +72,15 @@ def describe(flatbuffer: bytes) -> dict:
 
 def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict | None = None, log=print) -> dict:
     """Write the variants, the first test user's data file and manifest.json; returns the manifest."""
+    from ondevice.data import per_user_text
     from ondevice.device import tflite
-    from ondevice.papers.deeptype import common
+    from ondevice.papers.deeptype import common, protocol
     from ondevice.papers.deeptype.experiments.deeptype_online_latency import Params
     from ondevice.report.record import atomic_write
 
     p = Params.for_scale(scale, seed, **(overrides or {}))
     out = Path(out) if out else REPO_ROOT / "results" / scale / "export"
-    corpus = common.load_corpus(p, log=log)
+    corpus = per_user_text.load_corpus(p, log=log)
     models = common.train_global(p, corpus, log)
     models.model.set_weights(models.weights[p.seed])
     files = {}
@@ -115,7 +94,7 @@ def export(scale: str, seed: int = 0, out: Path | None = None, overrides: dict |
         )
         log(f"{name}.tflite: {len(flatbuffer) / 1e6:.2f} MB, Flex ops: {', '.join(entry['flex_ops']) or 'none'}")
     user = corpus.split.test[0]
-    data = user_batches(corpus.personal(user, p.personal_train_fraction)[0], p.online_batch_size)
+    data = protocol.user_batches(corpus.personal(user, p.personal_train_fraction)[0], p.online_batch_size)
     atomic_write(out / "user_0.npz", lambda path: np.savez(open(path, "wb"), **data))
     model = dict(input_vocab=corpus.vocab.input_size, output_vocab=corpus.vocab.size, embedding_dim=p.embedding_dim)
     model.update(hidden_units=p.hidden_units, lstm_layers=p.lstm_layers)

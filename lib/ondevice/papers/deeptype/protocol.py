@@ -4,6 +4,7 @@ energy) builds its personal or online trainer here, from the personal fields of 
 (`personal_optimizer`, `personal_learning_rate`, `personal_epochs`, `personal_batch_size`), never
 from the global model's `optimizer`: changing the global regime must not move a personal result.
 A configuration chosen on validation users (`select`) is a labelled deviation from the paper's.
+A user's online batches, as the keyboard feeds them and as `export` writes them, are here too.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.deeptype.techniques.inference_reuse import OnlineTrainer
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import selection
-from ondevice.training.trainer import History, Hook, Plateau, Trainer
+from ondevice.training.inference_reuse import OnlineTrainer
+from ondevice.training.step import Hook
+from ondevice.training.trainer import History, Plateau, Trainer
 
 # A personal configuration (as `selection` names it) and the parameter fields that hold it.
 FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning_rate", "epochs": "personal_epochs"}
@@ -28,12 +30,12 @@ FIELDS = {"optimizer": "personal_optimizer", "learning_rate": "personal_learning
 def personal_trainer(params, model, task, hooks: Sequence[Hook] = (), warmup_steps: int = 5) -> Trainer:
     """The on-device trainer of a DeepType experiment: the personal optimizer at the personal rate."""
     rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
-    return Trainer(model, task, rate, optimizer, hooks, warmup_steps, clip)
+    return Trainer(model, task, rate, optimizer, hooks, clip, warmup_steps=warmup_steps)
 
 
 def online_trainer(params, model, task, reuse: bool = True):
     """The online trainer (Sec. 5.4-5.5): with `reuse`, the softmax alone trains from the features
-    the suggestion's inference cached (`techniques.inference_reuse`); else every layer trains."""
+    the suggestion's inference cached (`training.inference_reuse`); else every layer trains."""
     if not reuse:
         return personal_trainer(params, model, task)
     rate, optimizer, clip = params.personal_learning_rate, params.personal_optimizer, params.personal_clip_norm
@@ -50,16 +52,18 @@ def personalize(
     log=None,
     label: str = "",
     held=None,
+    schedule=None,
 ) -> History:
     """Incremental training: start from the global weights with a fresh optimizer state and train
     on the user's data at `personal_batch_size`. With `held` (the last part of the user's training
     lines, `Corpus.personal_parts`), up to `personal_epochs` until its loss has not fallen for
     `personal_patience` epochs; the epoch with the lowest loss is kept, the start (epoch 0, the
     global weights) included. Without, exactly `personal_epochs`. `evaluate` adds its own values to
-    every epoch's row."""
+    every epoch's row. `schedule(epoch)` sets each epoch's rate (`step_size`); None: `personal_learning_rate`."""
     trainer.reset(global_weights)
+    args = (params.personal_epochs, params.personal_batch_size, rng, log, label)
     if held is None:
-        return trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, evaluate)
+        return trainer.fit(data, *args, evaluate, schedule=schedule)
     task = trainer.task
 
     def scored(model) -> dict:
@@ -67,7 +71,7 @@ def personalize(
         return {"holdout_loss": loss, **(evaluate(model) if evaluate else {})}
 
     stop, start = Plateau(params.personal_patience, 0.0), scored(trainer.model)
-    history = trainer.fit(data, params.personal_epochs, params.personal_batch_size, rng, log, label, scored, stop)
+    history = trainer.fit(data, *args, scored, stop, schedule=schedule)
     kept = history[history.best_epoch - 1]["holdout_loss"] if history else np.inf
     if start["holdout_loss"] <= kept:  # no epoch beat the start: the global model stays
         trainer.model.set_weights(global_weights)
@@ -122,11 +126,12 @@ class Personal:
         self.model.set_weights(weights)
         return self.score(self.model, test)
 
-    def train(self, data, start: list[np.ndarray], params, rng, each_epoch: bool = False, held=None) -> list[dict]:
+    def train(self, data, start, params, rng, each_epoch: bool = False, held=None, schedule=None) -> list[dict]:
         """`personalize` from `start` on a user's (train, test), with `held` stopping it: the
         scores on the test lines, the steps to the epoch kept (`kept_epoch`) and all steps run
         (`steps_run`), the seconds, the mean relative shift of the softmax rows (typed or not) and
-        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch."""
+        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch.
+        `schedule`: each epoch's learning rate (`step_size`), else the constant personal rate."""
         (train, test), w0 = data, start[self._softmax]
         seen = np.setdiff1d(np.unique(train.labels), [0, 1])
         rows = {"seen": seen, "unseen": np.setdiff1d(np.arange(2, w0.shape[1]), seen)}
@@ -136,7 +141,7 @@ class Personal:
             return {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
 
         each = (lambda model: {**self.score(model, test), **shifts(model)}) if each_epoch else None
-        history = personalize(self.trainer(params), start, train, params, rng, each, held=held)
+        history = personalize(self.trainer(params), start, train, params, rng, each, held=held, schedule=schedule)
         steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
         done = [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
         if each_epoch:
@@ -181,3 +186,23 @@ def select(params, personal: Personal, start: list[np.ndarray], data: dict, cand
     extra = pd.DataFrame(list(rows.values())).drop(columns="median_gain_on_validation_users")
     table = pd.concat([table.rename(columns={"score": "median_gain_on_validation_users"}), extra], axis=1)
     return best, table.assign(paper_config=[c == config(params) for c in configs])
+
+
+def user_batches(samples, batch_size: int) -> dict[str, np.ndarray]:
+    """A user's samples in typing order, cut into online batches of `batch_size` (the last partial
+    batch is dropped, as a keyboard trains only once its buffer is full), padded to one shape."""
+    n = len(samples) // batch_size
+    if n == 0:
+        raise ValueError(f"the user has {len(samples)} samples, fewer than one batch of {batch_size}")
+    padded = [samples.padded(np.arange(i * batch_size, (i + 1) * batch_size)) for i in range(n)]
+    tokens = np.zeros((n, batch_size, max(x.shape[1] for x, _ in padded)), np.int32)
+    labels = np.zeros_like(tokens)
+    for i, (x, y) in enumerate(padded):
+        tokens[i, :, : x.shape[1]], labels[i, :, : y.shape[1]] = x, y
+    return {"tokens": tokens, "labels": labels, "lengths": np.array([x.shape[1] for x, _ in padded], np.int32)}
+
+
+def online_batches(samples, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`user_batches` as the keyboard feeds them: each batch cut to its own length."""
+    data = user_batches(samples, batch_size)
+    return [(data["tokens"][i, :, :n], data["labels"][i, :, :n]) for i, n in enumerate(data["lengths"])]

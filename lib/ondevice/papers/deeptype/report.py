@@ -1,36 +1,21 @@
-"""How the DeepType experiments report: per-user tables, (seeds, users) matrices for paired effects,
-effect rows, the run record with the tables every run has, and the notebooks' figures (one style)."""
+"""How the DeepType experiments report: per-user tables, the run record with the tables every run
+has (through `report.conclusion`), and the notebooks' figures (one style)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ondevice.papers.deeptype.common import Corpus, GlobalModels
-from ondevice.report import claims, record
+from ondevice.data.per_user_text import Corpus
+from ondevice.report import claims, conclusion
+from ondevice.report.conclusion import Conclusion
 
-EFFECT = (
-    "our change",
-    "ci low",
-    "ci high",
-    "users",
-    "seeds",
-    "users improved",
-    "users worse",
-    "sign test p",
-    "verdict",
-)
 GREY, RED, AMBER, BLUE = "#8c8c8c", "#d1495b", "#edae49", "#5b7ea4"
 
 
 def rows_table(rows: list[dict]) -> pd.DataFrame:
     """The rows without their private ("_") fields, e.g. the per-word characters kept for pooling."""
     return pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
-
-
-def wide(table: pd.DataFrame, value: str = "top_k_eff") -> np.ndarray:
-    """One measurement as (seeds, users), both sorted: what a paired effect compares."""
-    return table.pivot(index="seed", columns="user", values=value).sort_index().sort_index(axis=1).to_numpy(float)
 
 
 def pooled(rows: list[dict], by=("seed", "condition")) -> dict[tuple, list[np.ndarray]]:
@@ -41,12 +26,31 @@ def pooled(rows: list[dict], by=("seed", "condition")) -> dict[tuple, list[np.nd
     return {key: [np.concatenate(parts) for parts in zip(*chars)] for key, chars in groups.items()}
 
 
-def effect(better: np.ndarray, worse: np.ndarray, rng, n_boot: int, first: dict) -> dict:
-    """An effect's row: `first` (its name, the paper's change), then our change with its paired
-    bootstrap interval over users, the sign test and the verdict."""
-    r = claims.paired_effect(better, worse, rng, n_boot=n_boot)
-    keys = ("change", "ci_low", "ci_high", "users", "seeds", "users_improved", "users_worse", "sign_test_p", "verdict")
-    return {**first, **{name: r[k] for name, k in zip(EFFECT, keys)}, "level": 0.95}
+def record(c: Conclusion, corpus: Corpus, tables: dict, wall_time_s: float, models=None, data=None, **notes):
+    """The run's record through the conclusion builder, with what every DeepType run records: the
+    corpus's table first, the global model cache, notes on vocabulary, crowd, split and seeds, and
+    the split itself."""
+    tables = {"data": corpus.table(), **tables}
+    if models is not None:
+        tables.setdefault("global_model_cache", models.cache())
+        notes.setdefault("global_models_from_cache", models.from_cache)
+    base = {
+        "vocabulary_size": corpus.vocab.size,
+        "crowd_words": int(sum(map(len, corpus.crowd))),
+        "test_users": list(corpus.split.test),
+        "split_digest": corpus.split.digest,
+        "seeds": c.params.seed_list,
+    }
+    data = data or [m.summary() for m in corpus.manifests]
+    artifacts = {"split.json": corpus.split.to_dict()}
+    return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, artifacts=artifacts, **(base | notes))
+
+
+# deeptype_top3eff's, until it concludes through report.conclusion as the other experiments do
+
+
+def wide(table: pd.DataFrame, value: str = "top_k_eff") -> np.ndarray:
+    return conclusion.wide(table, value)
 
 
 def headlines(per_seed: dict[str, list[float]], resolution: dict[str, float] | None = None) -> dict[str, dict]:
@@ -57,44 +61,10 @@ def paper_values(paper: claims.Paper) -> dict[str, float]:
     return {n.quantity: n.value for n in paper.numbers}
 
 
-def result(
-    name: str,
-    params,
-    corpus: Corpus,
-    tables: dict,
-    headline: dict,
-    wall_time_s: float,
-    paper=None,
-    models: GlobalModels | None = None,
-    data: list | None = None,
-    **notes,
-) -> record.Result:
-    """The run's record: the tables every DeepType run has (data, headline, the paper's numbers
-    beside ours, the global model cache) around `tables`; notes on vocabulary, crowd, split, seeds."""
-    tables = {"data": corpus.table(), **tables, "headline": claims.headline_table(headline)}
-    if paper is not None:
-        tables["paper_vs_ours"] = claims.paper_vs_ours(paper, {q: h["value"] for q, h in headline.items()})
-    if models is not None:
-        tables.setdefault("global_model_cache", models.cache())
-        notes.setdefault("global_models_from_cache", models.from_cache)
-    base = {
-        "vocabulary_size": corpus.vocab.size,
-        "crowd_words": int(sum(map(len, corpus.crowd))),
-        "test_users": list(corpus.split.test),
-        "split_digest": corpus.split.digest,
-        "seeds": params.seed_list,
-    }
-    return record.Result(
-        name,
-        params.to_dict(),
-        tables,
-        data or [m.summary() for m in corpus.manifests],
-        corpus.manifest.stand_in_for,
-        wall_time_s,
-        notes={**base, **notes},
-        headline=headline,
-        artifacts={"split.json": corpus.split.to_dict()},
-    )
+def result(name: str, params, corpus: Corpus, tables: dict, headline: dict, wall_time_s: float, data=None, **notes):
+    c = Conclusion(name, params)
+    c.headline.update(headline)
+    return record(c, corpus, tables, wall_time_s, data=data, **notes)
 
 
 # Figures. Each takes an experiment's tables and returns a matplotlib figure.
@@ -286,6 +256,20 @@ def plot_online(curve: pd.DataFrame, last_fraction: float, k: int):
         ylabel=f"cumulative top-{k}-eff (median over users)",
         title="Online training while the user types",
     )
+    return _finish(fig, ax)
+
+
+def plot_planted(curve: pd.DataFrame, dose_star: float, k: int):
+    """The planted-signal control: personalization's gain against the dose, with 95% intervals."""
+    plt, _ = _plt()
+    t = curve.sort_values("dose")
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    err = [t.gain - t["ci low"], t["ci high"] - t.gain]
+    ax.errorbar(t.dose, t.gain, yerr=err, marker="o", color=RED, capsize=4, label="personalized - global")
+    ax.axhline(0, color="0.6", lw=1, ls="--")
+    ax.axvline(dose_star, color=GREY, lw=1, ls=":", label=f"dose fixed beforehand ({dose_star:g})")
+    ax.set(xlabel="dose: share of the user's lines with its habit", ylabel=f"top-{k}-eff gain (absolute)")
+    ax.set_title("Planted personal habit: gain from personalization")
     return _finish(fig, ax)
 
 

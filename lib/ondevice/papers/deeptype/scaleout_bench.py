@@ -27,8 +27,9 @@ import psutil
 from ondevice import engine, streams
 from ondevice.report import facts
 
-# TensorFlow (through papers.deeptype.common) is imported inside functions only: spawned processes
-# re-import the module that `python -m` ran, and Dask's workers must stay free of TensorFlow.
+# TensorFlow (through papers.deeptype.common and tasks.typing_protocol) is imported inside functions
+# only: spawned processes re-import the module that `python -m` ran, and Dask's workers must stay
+# free of TensorFlow.
 _VALUES = facts.load("deeptype")["scaleout_bench"]["values"]  # DeepType Sec. 6: test users, personal epochs
 PAPER_USERS, PAPER_EPOCHS = _VALUES["test_users"], _VALUES["personal_epochs"]
 
@@ -36,11 +37,11 @@ PAPER_USERS, PAPER_EPOCHS = _VALUES["test_users"], _VALUES["personal_epochs"]
 def bench_params(scale: str, seed: int = 0, **overrides):
     """DeepType's shared parameters at `scale` (model, split, personal training); one personal
     epoch at smoke and default scale: the cost of more is estimated from it."""
-    from ondevice.papers.deeptype import common
+    from ondevice.tasks import typing_protocol
 
-    class Params(common.DeepTypeParams):
+    class Params(typing_protocol.DeepTypeParams):
         personal_holdout_fraction: float = 0.0  # fixed epochs: a benchmark of the same work
-        PRESETS = common.presets({"smoke": dict(personal_epochs=1), "default": dict(personal_epochs=1)})
+        PRESETS = typing_protocol.presets({"smoke": dict(personal_epochs=1), "default": dict(personal_epochs=1)})
 
     return Params.for_scale(scale, seed, **overrides)
 
@@ -85,9 +86,9 @@ def personal_job(shared: dict, seed: int, user: str, train, test) -> dict:
 def personal_jobs(params, corpus, models, users: list[str]) -> tuple[list[engine.Job], dict]:
     """The stage's jobs, one per (seed, user), and what they share: the global weights per seed
     (trained once in this process) and the personal training settings."""
-    from ondevice.papers.deeptype import common
+    from ondevice.tasks import typing_protocol
 
-    shared = dict(config=common.model_config(params, corpus), weights=models.weights, k=params.k)
+    shared = dict(config=typing_protocol.model_config(params, corpus), weights=models.weights, k=params.k)
     shared["personal"] = {name: getattr(params, name) for name in PERSONAL}
     jobs = []
     for seed in params.seed_list:
@@ -141,9 +142,10 @@ def stage_table(params, workers: list[int], log=print) -> tuple[pd.DataFrame, pd
     """The personalization stage with each worker count (the same jobs, global models trained once
     here): a summary row per setting and every job's row. `overhead_per_job_seconds`: wall time
     per job beyond the job's own seconds (its process, TensorFlow's import)."""
+    from ondevice.data import per_user_text
     from ondevice.papers.deeptype import common
 
-    corpus = common.load_corpus(params, log=log)
+    corpus = per_user_text.load_corpus(params, log=log)
     models = common.train_global(params, corpus, log)
     jobs, shared = personal_jobs(params, corpus, models, list(corpus.split.test))
     summary, rows = [], []

@@ -13,8 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.deeptype import common, protocol, report
+from ondevice.data import per_user_text
+from ondevice.papers.deeptype import common, protocol, report, step_size
 from ondevice.report import claims
+from ondevice.report.conclusion import diagnose as with_diagnosis
+from ondevice.report.conclusion import effect_row, wide
 
 # id -> (what is switched back to the suite's earlier protocol, the fields that do it) (issue 22)
 SWITCHES = {
@@ -40,40 +43,44 @@ SWITCHES = {
 CORPUS_FIELDS = {"crowd_excludes_groups"}  # switches that change the crowd, hence the global model
 
 
-def effect_rows(params, name: str, corpus: common.Corpus, models: common.GlobalModels, log=print) -> list[dict]:
-    """Per seed and test user: top-k-eff of the crowd global model and of its personalized model."""
+def effect_rows(
+    params, name: str, corpus: per_user_text.Corpus, models: common.GlobalModels, reading, log=print
+) -> list:
+    """Per seed and test user: top-k-eff of the crowd global model and of its personalized model, at
+    the step-size `reading` (`step_size`; None: the constant `personal_learning_rate`)."""
     personal, rows = protocol.Personal(params, models.model), []
     for seed in params.seed_list:
-        start = models.weights[seed]
+        start, rates = models.weights[seed], step_size.schedules(params, models, reading)(seed) if reading else None
         for user in corpus.split.test:
             fit, held, test = corpus.personal_parts(user, params)
             rng = streams.rng(seed, f"personal/{user}")
             before = personal.score_weights(start, test)["top_k_eff"]
-            after = personal.train((fit, test), start, params, rng, held=held)[0]
+            after = personal.train((fit, test), start, params, rng, held=held, schedule=rates)[0]
             rows.append(dict(protocol=name, seed=seed, user=user, top_k_eff_global=before, **after))
         log(f"sensitivity, {name}, seed {seed}: {len(corpus.split.test)} users personalized")
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def switched(params, base: common.Corpus, log=print) -> tuple[list[dict], pd.DataFrame]:
-    """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds)."""
+def switched(params, base: per_user_text.Corpus, reading=None, log=print) -> tuple[list[dict], pd.DataFrame]:
+    """Every switch's rows, and what each switch cost: global model from the cache or trained (seconds);
+    personal training at the main step-size `reading`, from each switched global model's kept epoch."""
     rows, costs = [], []
     for name, change in (SWITCHES[s] for s in params.sensitivity):
         p, started = dataclasses.replace(params, **change), time.perf_counter()
-        corpus = common.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
+        corpus = per_user_text.load_corpus(p, log=log) if CORPUS_FIELDS & set(change) else base
         models = common.train_global(p, corpus, log)
-        rows += effect_rows(p, name, corpus, models, log)
+        rows += effect_rows(p, name, corpus, models, reading, log)
         trained = [not e.hit for e in models.unique().values()]
         costs.append({"switched back": name, "from_cache": not any(trained), **_words(corpus)})
         costs[-1]["seconds"] = time.perf_counter() - started
     return rows, pd.DataFrame(costs)
 
 
-def _words(corpus: common.Corpus) -> dict:
+def _words(corpus: per_user_text.Corpus) -> dict:
     return {"crowd_words": sum(map(len, corpus.crowd)), "crowd_users": len(corpus.split.crowd)}
 
 
-def _from_rows(users: pd.DataFrame, before: str, after: str, name: str) -> pd.DataFrame:
+def from_rows(users: pd.DataFrame, before: str, after: str, name: str) -> pd.DataFrame:
     """Per seed and user, the main rows' `before` and `after` top-k-eff as one protocol's rows."""
     d = users[users.condition.isin([before, after])]
     kept = d[d.condition == after].set_index(["seed", "user"]).kept_epoch
@@ -85,26 +92,31 @@ def table(users: pd.DataFrame, switched_rows: list[dict], current: str, before: 
     """The effect of personalization per protocol: this one (from the main rows: `before` ->
     `after` conditions), each switched back, and each (name, condition) of `also` (e.g. the
     validation users' choice), with its paired interval over users."""
-    frames = [_from_rows(users, before, after, current), pd.DataFrame(switched_rows)]
-    frames += [_from_rows(users, before, condition, name) for name, condition in also]
+    frames = [from_rows(users, before, after, current), pd.DataFrame(switched_rows)]
+    frames += [from_rows(users, before, condition, name) for name, condition in also]
     both, out = pd.concat(frames, ignore_index=True), []
     for name, d in both.groupby("protocol", sort=False):
         first = {"protocol": name, "claim": "personalization raises top-k-eff (crowd global model)"}
-        row = report.effect(report.wide(d), report.wide(d, "top_k_eff_global"), rng, params.bootstrap, first)
+        row = effect_row(first, wide(d, "top_k_eff"), wide(d, "top_k_eff_global"), rng, params.bootstrap)
         out.append({**row, "median_kept_epoch": float(np.median(d["kept_epoch"]))})
     return pd.DataFrame(out)
 
 
 # main-row conditions shown beside the switches: the validation users' choice (top-3-eff's tuned row)
-BESIDE = (("validation choice", "crowd global + personal, tuned (deviation)"),)
+# and the step-size reading the validation users did not prefer
+BESIDE = (
+    ("validation choice", "crowd global + personal, tuned (deviation)"),
+    ("other step-size reading", "crowd global + personal, other step-size reading"),  # `step_size`
+)
 
 
-def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE) -> dict:
+def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE, reading=None) -> dict:
     """The sensitivity table and what its switched-back runs cost, as tables of the result; `also`:
-    (name, condition) pairs of the main rows shown beside them when the run has that condition."""
+    (name, condition) pairs of the main rows shown beside them when the run has that condition;
+    `reading`: the main rows' personal step size (`step_size`), which the switched runs use too."""
     if not params.sensitivity:
         return {}
-    switched_rows, costs = switched(params, corpora["crowd"], log)
+    switched_rows, costs = switched(params, corpora["crowd"], reading, log)
     users, rng = report.rows_table(rows), streams.rng(params.seed, "bootstrap/sensitivity")
     present = [(n, c) for n, c in also if (users.condition == c).any()]
     effects = table(users, switched_rows, "this protocol", before, after, params, rng, present)
@@ -146,8 +158,8 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
     kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines),
     the median change of those that trained against their global model, and, for the crowd, the
     effect with each choice switched back (`table`)."""
-    effects, switched = effects.copy(), (more or {}).get("sensitivity")
-    for i, row in effects.iterrows():
+    switched = (more or {}).get("sensitivity")
+    for _, row in effects.iterrows():
         condition = next((c for phrase, c in PERSONALIZED.items() if phrase in row.effect), None)
         flagged = claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) == "unexplained"
         if condition is None or not flagged:
@@ -164,5 +176,5 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
                 f"{r.protocol} {r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
                 for _, r in switched.iloc[1:].iterrows()
             )
-        effects.loc[i, ["diagnosis", "section"]] = [line, SECTION]
+        effects = with_diagnosis(effects, row.effect, claims.Diagnosis(line, SECTION, claims.Kind.OPEN))
     return effects

@@ -137,7 +137,8 @@ def causes_table(measured: dict[str, float]) -> pd.DataFrame:
 
 def diagnoses(measured: dict[str, float], rank: int, hidden_units: int) -> dict[str, claims.Diagnosis]:
     """One line per size or top-k-eff row of Table 2 whose change can differ from the paper's,
-    each quoting the measurement (`causes`) that explains it."""
+    each quoting the measurement (`causes`) that explains it, and its kind: the softmax's share and
+    spectrum follow our model's size (scale), the words a user keeps follow their data (data)."""
     m, lost = measured, measured["test words outside the user's kept words"]
     size = (
         f"the softmax is {m['softmax share of the parameters']:.0%} of our parameters (the paper's size cut needs "
@@ -156,11 +157,11 @@ def diagnoses(measured: dict[str, float], rank: int, hidden_units: int) -> dict[
         f"{m[f'held-out loss, SVD t={rank} re-trained']:.2f} after re-training to a plateau: our small softmax "
         "needs more of its spectrum than the paper's 40 of 400"
     )
-    line = lambda text: claims.Diagnosis(text, SECTION)  # noqa: E731
+    scale, data = claims.Kind.SCALE, claims.Kind.DATA
     return {
-        "layer compression shrinks the model": line(size),
-        "all combined shrinks the model": line(size),
-        "vocabulary compression costs top-k-eff": line(words),
-        "layer compression costs top-k-eff": line(loss),
-        "all combined costs top-k-eff": line(f"both causes at once: {loss}; and {words}"),
+        "layer compression shrinks the model": claims.Diagnosis(size, SECTION, scale),
+        "all combined shrinks the model": claims.Diagnosis(size, SECTION, scale),
+        "vocabulary compression costs top-k-eff": claims.Diagnosis(words, SECTION, data),
+        "layer compression costs top-k-eff": claims.Diagnosis(loss, SECTION, scale),
+        "all combined costs top-k-eff": claims.Diagnosis(f"both causes at once: {loss}; and {words}", SECTION, scale),
     }

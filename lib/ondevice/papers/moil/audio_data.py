@@ -6,6 +6,7 @@ training and validation clips (local) and a GDM mixing pool and an evaluation se
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class AudioParams(MoilParams):
     local_classes: int = 50  # ESC-50 classes the user trains on
     global_classes: int = 0  # held-out ESC-50 classes that stand in for AudioSet (0: AudioSet itself)
     local_val_fraction: float = 0.2  # the thesis: 1,600 training / 400 validation clips
+    holdout_fraction: float = 0.2  # of each class's training clips, held out to choose the rate (`rate_choice`)
     global_eval_fraction: float = 0.5  # held-out clips scored; the rest is GDM's mixing pool
     data: str = "auto"  # auto | esc50 | synthetic (auto: ESC-50 when available, else stand-in)
     esc50_root: str = ""  # the official ESC-50 release unpacked (paper scale)
@@ -51,6 +53,7 @@ class AudioParams(MoilParams):
         )
         self.require(0 < self.local_val_fraction < 1, "local_val_fraction", "must lie in (0, 1)")
         self.require(0 < self.global_eval_fraction < 1, "global_eval_fraction", "must lie in (0, 1)")
+        self.require(0 < self.holdout_fraction < 1, "holdout_fraction", "must lie in (0, 1)")
 
 
 @dataclass
@@ -232,6 +235,29 @@ def load_audioset(root: str | Path, class_names: list[str]) -> tuple[pd.DataFram
     return pd.DataFrame(rows), waves, np.stack(labels)
 
 
+def _synthetic_source(params: AudioParams):
+    """The synthetic STAND-IN audio set: (clips, class names, ESC-50 -> AudioSet mapping, stand-in
+    text, source name, data record)."""
+    n = params.local_classes + params.global_classes
+    meta, waves = synthetic_clips(n, 8, params.seed)
+    clips = esc50.Clips(meta, "synthetic", "", waves=dict(enumerate(waves)))
+    class_names = [f"stand-in class {i}" for i in range(yamnet.CLASSES)]
+    mapping = {c: [class_names[i] for i in cols] for c, cols in synthetic_mapping(n).items()}
+    stand_in = (
+        "ESC-50 and the published YAMNet (not found on this machine): synthetic tones in noise, "
+        "8 clips per class, and a YAMNet pre-trained on other synthetic clips"
+    )
+    data = [
+        {
+            "name": "synthetic-audio",
+            "license": "generated",
+            "stand_in_for": stand_in,
+            "artifacts": [{"file": "generated in memory", "sha256": "0" * 64, "size": 0}],
+        }
+    ]
+    return clips, class_names, mapping, stand_in, "synthetic stand-in", data
+
+
 def load_data(params: AudioParams, log=print) -> AudioData:
     """Local and global sets as patches. `data="auto"` falls back to the synthetic stand-in only
     when ESC-50 cannot be found (and says so); `data="esc50"` and the paper scale make that an error."""
@@ -249,24 +275,7 @@ def load_data(params: AudioParams, log=print) -> AudioData:
             log(f"ESC-50 or YAMNet unavailable ({exc}); using the synthetic STAND-IN audio set")
             clips = None
     if clips is None:
-        n = params.local_classes + params.global_classes
-        meta, waves = synthetic_clips(n, 8, params.seed)
-        clips = esc50.Clips(meta, "synthetic", "", waves=dict(enumerate(waves)))
-        class_names = [f"stand-in class {i}" for i in range(yamnet.CLASSES)]
-        mapping = {c: [class_names[i] for i in cols] for c, cols in synthetic_mapping(n).items()}
-        stand_in = (
-            "ESC-50 and the published YAMNet (not found on this machine): synthetic tones in noise, "
-            "8 clips per class, and a YAMNet pre-trained on other synthetic clips"
-        )
-        source = "synthetic stand-in"
-        data = [
-            {
-                "name": "synthetic-audio",
-                "license": "generated",
-                "stand_in_for": stand_in,
-                "artifacts": [{"file": "generated in memory", "sha256": "0" * 64, "size": 0}],
-            }
-        ]
+        clips, class_names, mapping, stand_in, source, data = _synthetic_source(params)
     else:
         mapping = esc50.read_mapping()
         source = f"ESC-50 ({clips.source})"
@@ -365,3 +374,11 @@ def mixed_training_set(data: AudioData, alpha: float, seed: int) -> Part:
     mixes the same clips."""
     picks = gdm.sample_global(data.global_pool.classes, alpha, streams.rng(seed, f"moil-audio/gdm/{alpha:g}"))
     return Part.concat([data.local_train, data.global_pool.subset(picks)])
+
+
+def hold_out(data: AudioData, fraction: float, seed: int) -> tuple[AudioData, Part]:
+    """The rate choice's split of the user's *training* clips (never the validation clips, the
+    local test set): per class, `fraction` of them (at least one, at most all but one) held out;
+    the data with the rest as its training clips, and the held-out clips."""
+    rest, held = _split_by_class(data.local_train.classes, fraction, streams.rng(seed, "moil-audio/rate-holdout"))
+    return dataclasses.replace(data, local_train=data.local_train.subset(rest)), data.local_train.subset(held)

@@ -16,10 +16,10 @@ from scipy.special import expit
 
 from ondevice import streams
 from ondevice.data import audio_features, manifests
-from ondevice.device import tflite
+from ondevice.device import tflite, yamnet_tflite
 from ondevice.metrics import roc_auc
 from ondevice.models import yamnet
-from ondevice.papers.moil import protocol
+from ondevice.papers.moil import protocol, rate_choice
 from ondevice.papers.moil.audio_data import (
     AudioData,
     AudioParams,
@@ -41,15 +41,32 @@ def tagging_task(input_shape=(yamnet.PATCH_FRAMES, yamnet.MEL_BINS)) -> Classifi
     return ClassificationTask(tuple(input_shape), yamnet.CLASSES, multi_label=True)
 
 
-def clip_scores(predict, part: Part, inputs=None) -> np.ndarray:
-    """Mean sigmoid score of each clip's patches (or of their cached feature maps): [clips, classes]."""
+def patch_logits(predict, part: Part, inputs=None) -> np.ndarray:
+    """Logits of each of the part's patches (or of their cached feature maps), float64: [patches, classes]."""
     x = part.patches if inputs is None else inputs
     batch = protocol.EVALUATION_BATCH
-    logits = np.concatenate([predict(x[i : i + batch]) for i in range(0, len(x), batch)])
-    scores = expit(logits.astype(np.float64))
-    sums = np.zeros((len(part), scores.shape[1]))
-    np.add.at(sums, part.clip, scores)
-    return sums / np.bincount(part.clip, minlength=len(part))[:, None]
+    return np.concatenate([predict(x[i : i + batch]) for i in range(0, len(x), batch)]).astype(np.float64)
+
+
+def per_clip(part: Part, values: np.ndarray) -> np.ndarray:
+    """The mean over each clip's patches of per-patch values (rows: patches)."""
+    sums = np.zeros((len(part), *values.shape[1:]))
+    np.add.at(sums, part.clip, values)
+    counts = np.bincount(part.clip, minlength=len(part))
+    return sums / counts.reshape(-1, *[1] * (values.ndim - 1))
+
+
+def clip_scores(predict, part: Part, inputs=None) -> np.ndarray:
+    """Mean sigmoid score of each clip's patches (or of their cached feature maps): [clips, classes]."""
+    return per_clip(part, expit(patch_logits(predict, part, inputs)))
+
+
+def clip_losses(logits: np.ndarray, part: Part) -> np.ndarray:
+    """The training loss per clip: binary cross-entropy of its patches' logits against its labels,
+    mean over YAMNet's outputs and the clip's patches."""
+    y = part.patch_labels()
+    patch = np.maximum(logits, 0) - logits * y + np.log1p(np.exp(-np.abs(logits)))
+    return per_clip(part, patch.mean(axis=1))
 
 
 def class_aucs(part: Part, scores: np.ndarray) -> pd.Series:
@@ -81,7 +98,7 @@ def _import_weights(params: AudioParams, log) -> tuple[list[np.ndarray], str]:
         yamnet.load_h5(model, params.yamnet_h5)
         return model.get_weights(), f"yamnet.h5 ({params.yamnet_h5})"
     path = manifests.resolve("yamnet", "tflite")
-    yamnet.import_tflite(model, path)
+    yamnet_tflite.import_tflite(model, path)
     log(f"YAMNet: imported the weights of {path.name} (int8 kernels dequantised, batch norm folded)")
     return model.get_weights(), "yamnet.tflite (imported)"
 
@@ -194,6 +211,24 @@ class Personalizer(protocol.Personalizer):
 
     def score(self, predict, inputs: dict) -> dict:
         return {k: class_aucs(part, clip_scores(predict, part, inputs[k])) for k, part in self.parts.items()}
+
+
+class HeldOut(Personalizer):
+    """The rate choice's runs (`rate_choice.select`): trained on D_M of `data` (the user's training
+    clips without the held-out ones) and scored on the held-out training clips alone, by per-class
+    AUC and per-clip training loss."""
+
+    def __init__(self, params: AudioParams, data: AudioData, pre: Pretrained, held: Part):
+        super().__init__(params, data, pre)
+        self.parts = {rate_choice.HELD_OUT: held}
+
+    def score(self, predict, inputs: dict) -> dict:
+        held = self.parts[rate_choice.HELD_OUT]
+        logits = patch_logits(predict, held, inputs[rate_choice.HELD_OUT])
+        return {
+            rate_choice.HELD_OUT: class_aucs(held, per_clip(held, expit(logits))),
+            f"{rate_choice.HELD_OUT}_loss": clip_losses(logits, held),
+        }
 
 
 def benchmark(params: AudioParams, data: AudioData, pre: Pretrained, log=print) -> pd.DataFrame:

@@ -23,7 +23,7 @@ import pandas as pd
 import tf_keras as keras
 
 from ondevice import streams
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.papers.moil.techniques import feature_cache, layer_freezing
 from ondevice.params import Params
 from ondevice.tasks import inference
@@ -111,7 +111,8 @@ def track(
 ) -> tuple[History, dict]:
     """Train up to `epochs` epochs, scoring before the first and after each: one row per epoch with
     the mean loss, the epoch's seconds and the mean of each per-item score `evaluate()` returns (by
-    evaluation set, named `<set>_<metric>`), and the last scores. `epoch(trainer, data,
+    evaluation set, named `<set>_<metric>`; a per-item loss, returned as `<set>_loss`, keeps its
+    name), and the last scores. `epoch(trainer, data,
     batch_size, rng)` trains one epoch and returns its mean loss. With `stop` (a `Plateau`),
     `evaluate` also returns `stop.monitor` (per held-out training item): training ends on its
     plateau, the model keeps the weights of the kept epoch (`History.best_epoch`) and is scored."""
@@ -119,7 +120,10 @@ def track(
     watch = stop.watch() if stop is not None else None
 
     def means(scores):
-        return {(k if k == monitor else f"{k}_{metric}"): float(np.mean(v)) for k, v in scores.items()}
+        return {
+            (k if k == monitor or k.endswith("_loss") else f"{k}_{metric}"): float(np.mean(v))
+            for k, v in scores.items()
+        }
 
     scores = evaluate()
     rows = History([{"epoch": 0, "loss": float("nan"), **means(scores)}])
@@ -242,7 +246,7 @@ class Personalizer:
         """The compiled trainer of LF(n) (None: every layer) and its predictor, from the pre-trained weights."""
         if n not in self._trainers:
             model = self.build()
-            hooks = [layer_freezing.LayerFreezing(n, self.units)] if n else []
+            hooks = [layer_freezing.lf_hook(n, self.units)] if n else []
             trainer = Trainer(model, self.task(model.input_shape[1:]), self.params.learning_rate, hooks=hooks)
             self._trainers[n] = (trainer, self.predictor(model))
         trainer, predict = self._trainers[n]
@@ -314,8 +318,8 @@ class Personalizer:
         task = self.task(model.input_shape[1:])
         batches = task.batches((mixed.inputs, mixed.labels), p.batch_size, streams.rng(p.seed, stream))
         batches = list(itertools.islice(batches, p.tflite_check_steps))
-        hooks = [layer_freezing.LayerFreezing(p.n, self.units)]
-        check = tflite.compare_training(model, task, p.learning_rate, batches, hooks=hooks)
+        hooks = [layer_freezing.lf_hook(p.n, self.units)]
+        check = parity.compare_flex(model, task, p.learning_rate, batches, hooks=hooks)
         table = pd.DataFrame(
             {
                 "step": range(1, len(check["tflite"]) + 1),

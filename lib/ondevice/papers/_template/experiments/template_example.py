@@ -19,7 +19,8 @@ from ondevice.data import digits
 from ondevice.papers._template import protocol
 from ondevice.params import Params as BaseParams
 from ondevice.params import presets
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.training.trainer import Trainer, seed_everything
 
@@ -99,20 +100,12 @@ def train_users(params: Params, users: dict[str, dict], log=print) -> tuple[pd.D
 def conclude(params: Params, per_user: pd.DataFrame, curves: pd.DataFrame, wall_time_s: float) -> record.Result:
     """Headline numbers, the paper's beside ours, and the claimed effect with its interval."""
     wide = {q: per_user[q].to_numpy(float)[None, :] for q in (PERSONAL, BASELINE)}  # (seeds, users)
-    headline = {q: claims.headline([float(np.mean(v))]) for q, v in wide.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines({q: [np.mean(v)] for q, v in wide.items()})
     measured = {e.claim: (wide[e.better], wide[e.worse]) for e in PAPER.effects}
-    effects = claims.effects_table(
-        PAPER, measured, streams.rng(params.seed, "bootstrap"), params.bootstrap, statistic="mean"
-    )
-    tables = {
-        "users": per_user,
-        "curves": curves,
-        "paper_vs_ours": claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()}),
-        "effects": effects,
-        "headline": claims.headline_table(headline),
-    }
-    data = [digits.summary(STAND_IN)]
-    return record.Result(NAME, params.to_dict(), tables, data, STAND_IN, wall_time_s, headline=headline)
+    c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, statistic="mean")
+    c.paper_vs_ours()
+    return c.result({"users": per_user, "curves": curves}, [digits.summary(STAND_IN)], STAND_IN, wall_time_s)
 
 
 def run(params: Params, log=print) -> record.Result:

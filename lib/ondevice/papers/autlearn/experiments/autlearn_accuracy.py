@@ -5,20 +5,21 @@ writers), every method on the same per-user splits.
 - AutLearn: the public pre-trained model; on each device the last layer only trains on that
   user's data (`protocol.PersonalTrainer`).
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
-  data pooled, to convergence (`protocol.converge_cloud`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (its rate chosen again).
-- FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally
-  (`techniques.fedavg`), to convergence (`protocol.converge_fedavg`); and the public model itself.
+  data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
+- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (rate, epochs chosen again).
+- FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
+  SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
+  validation users, and its known-answer control on IID clients); and the public model itself.
 The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
-the validation users (`protocol.holdout_loss`); the presets' epochs and rounds are caps only.
+the validation users (`cloud_baselines.holdout_loss`); the presets' epochs and rounds are caps only.
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
-relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates are chosen
-on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
+relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates and epochs
+are chosen on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
 
-Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `text_methods`,
-`image_methods`, `on_device`, `conclude`; `run` calls them all.
+Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `fedavg_baseline.choose_all`,
+`text_methods`, `image_methods`, `on_device`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.device import tflite
-from ondevice.papers.autlearn import common, fedavg_ablation, protocol, report
-from ondevice.papers.deeptype.techniques.bucketing import EqualLength
-from ondevice.report import claims, facts, record
+from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion, effect_row, wide
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer, seed_everything
 
 NAME = "autlearn_accuracy"
@@ -62,12 +63,16 @@ class Params(common.AutLearnParams):
     image_cloud_epochs: int = 15  # at most
     image_cloud_batch_size: int = 32
     image_cloud_learning_rate: float = 0.0005  # Adam
-    # FedAvg: same optimizer and rate as CloudTrain on each client (fresh state per client and round)
+    # FedAvg (`fedavg_baseline`): clients by SGD at CloudTrain's batch; local epochs and client rate chosen
+    # on the validation users among these grids (its rule); IID control within `fedavg_control_tolerance`
     fedavg_rounds: int = 45  # at most
     fedavg_clients: int = 5  # clients per round
-    fedavg_local_epochs: int = 1
     image_fedavg_rounds: int = 0  # 0 = fedavg_rounds
     image_fedavg_clients: int = 0  # 0 = fedavg_clients
+    fedavg_epoch_candidates: tuple[int, ...] = (1, 3)
+    text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+    image_fedavg_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
+    fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
     # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
     # in a row of the loss on all data of the validation users none `stop_min_delta` (relative) below
     # the reference, keeping the lowest (as the LSTM's pre-training). CloudTrain: every epoch,
@@ -81,18 +86,20 @@ class Params(common.AutLearnParams):
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
-    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6
-    # of each validate). Caps in epochs (FedAvg: rounds x clients / users): LSTM CloudTrain 10, FedAvg
-    # 45 x 4 / 12 = 15; MobileNet 15 and 600 x 10 / 99 = 61. Measured at default (e1cb90f, beside
-    # other jobs): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at 2.8 epochs of
-    # examples (LSTM), while MobileNet's FedAvg still improved at the earlier cap of 250 rounds (held-out
-    # loss 1.12 against CloudTrain's 0.77), hence 600; text 10 min, images 11 min + ~1.8 s per round.
+    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6 of
+    # each validate). Caps in epochs (FedAvg: rounds x clients x local epochs / users): LSTM CloudTrain 10,
+    # FedAvg 45 x 4 / 12 = 15 per local epoch; MobileNet 15 and 600 x 10 / 99 = 61. Measured at default
+    # with Adam clients (e1cb90f): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at
+    # 2.8 (LSTM) and 24-41 (MobileNet) epochs of examples; ~1.8 s per MobileNet round, hence only two
+    # MobileNet client rates at default (4 runs of the grid). Smoke: caps high enough for the small
+    # data to reach the plateau (the IID control needs convergence).
     PRESETS = common.presets(
         {
-            "smoke": dict(text_cloud_epochs=2, image_cloud_epochs=2, image_cloud_learning_rate=0.002, bootstrap=300)
-            | dict(fedavg_rounds=2, fedavg_clients=2, fedavg_evaluate_every=1),
+            "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
+            | dict(fedavg_rounds=60, image_fedavg_rounds=100, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
+            | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.03, 0.1)),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
-            | dict(image_fedavg_rounds=600, image_fedavg_clients=10),
+            | dict(image_fedavg_rounds=600, image_fedavg_clients=10, image_fedavg_rate_candidates=(0.03, 0.1)),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
             | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
         }
@@ -102,19 +109,14 @@ class Params(common.AutLearnParams):
         super().check()
         self.require(self.cloud_init in ("public", "scratch"), "cloud_init", "must be 'public' or 'scratch'")
         self.at_least(1, "text_cloud_epochs", "image_cloud_epochs", "text_cloud_batch_size", "image_cloud_batch_size")
-        self.at_least(1, "fedavg_rounds", "fedavg_clients", "fedavg_local_epochs", "seeds")
+        self.at_least(1, "fedavg_rounds", "fedavg_clients", "seeds")
+        fedavg_baseline.check(self)
         self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "tflite_check_steps", "fedavg_evaluate_every")
         self.at_least(1, "cloud_patience", "fedavg_patience", "validation_users")  # the rule needs held-out users
         self.between("[0, 1)", "stop_min_delta")
         for name in ("text_cloud_learning_rate", "image_cloud_learning_rate"):
             self.require(getattr(self, name) > 0, name, "must be positive")
         self.at_least(100, "bootstrap")
-
-    def fedavg_setting(self, kind: str) -> tuple[int, int]:
-        """(rounds, clients per round) of FedAvg for a model kind."""
-        if kind == "image":
-            return self.image_fedavg_rounds or self.fedavg_rounds, self.image_fedavg_clients or self.fedavg_clients
-        return self.fedavg_rounds, self.fedavg_clients
 
     def cloud(self, kind: str) -> tuple[float, int, int]:
         """CloudTrain's (Adam) learning rate, epochs (at most) and batch size for a model kind."""
@@ -137,38 +139,31 @@ def pretrain(params: Params, text, images, log=print) -> dict[str, dict[int, com
 
 
 def choose_rates(params: Params, text, images, pre, log=print) -> tuple[Params, pd.DataFrame]:
-    """Both models' on-device rates chosen on their validation users, from the first seed's public models."""
-    return protocol.choose_rates(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
+    """Both models' on-device rates and epochs chosen on their validation users, from the first seed's public models."""
+    return protocol.choose_steps(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
 
 
 def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataFrame | None:
-    """AutLearn's LSTM step (softmax only, the chosen rate) for the first test user's first steps
-    in TensorFlow and through the exported trainable TFLite model (`tflite.parity_table`), from the
-    public model; it trains copies and draws from its own stream."""
+    """AutLearn's LSTM step through TensorFlow and TFLite for the first test user (`protocol.tflite_check`)."""
     if not params.tflite_check_steps:
         return None
-    s, task = protocol.setting(params, "text"), protocol.task(params, "text")
-    rng = streams.rng(params.seed, "diagnostics/tflite")
-    batches = list(task.batches(text.train[text.users[0]], s.batch_size, rng))[: params.tflite_check_steps]
-    model = pre["text"][params.seed].model
-    model.set_weights(pre["text"][params.seed].weights)
-    hooks = [protocol.last_layer("text")]
-    return tflite.parity_table(model, task, s.learning_rate, batches, s.optimizer, hooks, log, text.users[0])[0]
+    return protocol.tflite_check(params, text.users[0], text.train[text.users[0]], pre["text"][params.seed], log)
 
 
-def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], log=print):
+def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, log=print):
     """Every method on every user of one kind, for every seed: one row per (seed, user, method)
-    with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round)."""
-    runs = [_one_seed(params, kind, data, pre[seed], seed, log) for seed in params.seed_list]
+    with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round);
+    `fedavg`: the kind's `fedavg_baseline.Choice`."""
+    runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
 
-def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, log):
+def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, log):
     rows, history, (model, start) = [], [], (pre.model, pre.weights)
     task, (lr, epochs, batch) = protocol.task(params, kind), params.cloud(kind)
     step = protocol.PersonalTrainer(params, kind, model)
     cloud = Trainer(model, task, lr, "adam", hooks=[EqualLength()] if kind == "text" else [])
-    holdout = protocol.holdout_loss(kind, data.validation)
+    holdout = cloud_baselines.holdout_loss(kind, data.validation)
 
     def record_(method, users, weights=None, on_device=None):
         for user in users:
@@ -178,7 +173,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
             row |= dict(train_examples=task.size(data.train[user]), test_examples=task.size(data.test[user]))
             if on_device is not None:  # the on-device step from `weights` (AutLearn, CloudCustomize)
                 on_device.fit(weights, data.train[user], streams.rng(seed, f"personal/{kind}/{user}"))
-                row["on_device_rate"] = on_device.setting.learning_rate
+                row |= dict(on_device_rate=on_device.setting.learning_rate, on_device_epochs=on_device.setting.epochs)
             rows.append(row | protocol.score(params, kind, model, data.test[user]))
 
     # the public model, and AutLearn on each user
@@ -194,37 +189,43 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
 
     # CloudTrain: all layers on the pooled training data to the plateau, then CloudCustomize per user
-    cloud.reset(start if params.cloud_init == "public" else protocol.scratch_weights(params, kind, data, seed))
+    cloud.reset(start if params.cloud_init == "public" else cloud_baselines.scratch_weights(params, kind, data, seed))
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODELS[kind]}"
     rule = dict(evaluate=holdout, stop=params.plateau(CLOUD))
-    curve(CLOUD, protocol.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule))
+    curve(
+        CLOUD,
+        cloud_baselines.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule),
+    )
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
-    chosen = protocol.choose_rate(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
+    chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
     custom = protocol.PersonalTrainer(chosen, kind, model)
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)
         record_(CUSTOM, [user], cloud_weights, custom)
-    # FedAvg: from the public model, the users as clients, to the plateau; the first seed also on shuffled clients
+    # FedAvg: from the public model, the users as clients, to the plateau, with the chosen setting (the
+    # first seed's is the chosen run itself); the first seed also on shuffled clients (the IID control)
     for method, client_data in fedavg_ablation.client_sets(FED, kind, data, seed, ablate=seed == params.seed).items():
-        curve(method, fedavg_ablation.train(params, kind, cloud, start, client_data, holdout, seed, log))
+        reuse = method == FED and seed == params.seed
+        points = fedavg_baseline.federate(params, kind, model, start, client_data, holdout, seed, fedavg, reuse, log)
+        curve(method, points)
         record_(method, data.users)
     log(f"{MODELS[kind]} seed {seed}: CloudTrain, CloudCustomize and FedAvg scored")
     return rows, history
 
 
-def text_methods(params: Params, text: common.TextData, pre, log=print):
-    return methods(params, "text", text, pre["text"], log)
+def text_methods(params: Params, text: common.TextData, pre, fedavg, log=print):
+    return methods(params, "text", text, pre["text"], fedavg["text"], log)
 
 
-def image_methods(params: Params, images: common.ImageData, pre, log=print):
-    return methods(params, "image", images, pre["image"], log)
+def image_methods(params: Params, images: common.ImageData, pre, fedavg, log=print):
+    return methods(params, "image", images, pre["image"], fedavg["image"], log)
 
 
 users_table = pd.DataFrame  # one row per (kind, seed, user, method)
 
 
 def _matrix(users: pd.DataFrame, kind: str, method: str, column: str = "top1") -> np.ndarray:  # (seeds, users)
-    return report.wide(users, column, kind=kind, method=method)
+    return wide(users, column, kind=kind, method=method)
 
 
 def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
@@ -235,19 +236,22 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     """Tables, the paper's relative numbers beside ours, and paired three-way verdicts."""
     users, rng = users_table(rows), streams.rng(params.seed, "bootstrap")
     means = {(MODELS[k], m): _matrix(users, k, m).mean(axis=1) for k in MODELS for m in METHODS}  # per seed
-    headline = {f"{model}: {method} mean top-1": claims.headline(v.tolist()) for (model, method), v in means.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines({f"{model}: {method} mean top-1": v for (model, method), v in means.items()})
     ratio = lambda k, m: float(np.mean(means[MODELS[k], m] / means[MODELS[k], CLOUD]))
-    ours = {n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers}
     matrices = lambda *qs: tuple(_matrix(users, *kind_method(q)) for q in qs)
     measured = {e.claim: matrices(e.better, e.worse) for e in PAPER.effects}
     fed_rng = streams.rng(params.seed, "bootstrap/fedavg-ablation")
     ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, params.bootstrap)
     why = fedavg_ablation.diagnoses(ablation)
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
+    effects = c.effects(measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
+    boots, nan = params.bootstrap, {"paper change": np.nan}
     ordering = [
-        report.effect_row(c, np.nan, _matrix(users, k, b), _matrix(users, k, w), rng, params.bootstrap)
-        for c, k, b, w in ORDERINGS
+        effect_row({"effect": e, **nan}, _matrix(users, k, b), _matrix(users, k, w), rng, boots, "mean")
+        for e, k, b, w in ORDERINGS
     ]
+    c.effect_rows(pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True))
+    c.paper_vs_ours({n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers})  # every one a ratio
     data = [text.table().drop(columns="public_words"), images.table().drop(columns="writers_read")]
     tables = {
         "users": users,
@@ -256,10 +260,9 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "stopping": report.stopping_table(pd.DataFrame(history)),
         "data": pd.concat(data, ignore_index=True),
         "pretraining": common.pretraining_table(pre),
-        "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
-        "effects": pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True),
         "rate_selection": rates,
         "fedavg_ablation": ablation,
+        "fedavg_control": fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED),
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
     # Shakespeare's manifest marks it a stand-in for DeepType's private keyboard logs; for AutLearn
@@ -271,7 +274,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     notes |= dict(pretrained_lstm_from_cache={s: p.from_cache for s, p in pre["text"].items()})
     users_json = {"users.json": {"text": list(text.users), "image": list(images.users)}}
     notes |= report.rate_notes(params, text, images)
-    return report.result(NAME, params, tables, headline, data_summaries, None, wall_time_s, users_json, **notes)
+    return c.result(tables, data_summaries, None, wall_time_s, artifacts=users_json, **notes)
 
 
 def verdicts(effects: pd.DataFrame) -> str:
@@ -284,8 +287,10 @@ def run(params: Params, log=print) -> record.Result:
     text, images = load(params, log)
     pre = pretrain(params, text, images, log)
     params, rates = choose_rates(params, text, images, pre, log)
-    rows, history = text_methods(params, text, pre, log)
-    more, more_history = image_methods(params, images, pre, log)
+    fedavg, fedavg_rates = fedavg_baseline.choose_all(params, text, images, pre, log)
+    rates = pd.concat([rates, fedavg_rates], ignore_index=True)
+    rows, history = text_methods(params, text, pre, fedavg, log)
+    more, more_history = image_methods(params, images, pre, fedavg, log)
     check = on_device(params, text, pre, log)
     wall = time.perf_counter() - start
     return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall)

@@ -1,26 +1,24 @@
 """AutLearn A3 (data augmentation) and A4 (online learning), Sec. 3.4 and Sec. 5 after Fig. 7.
 
-A3. AutLearn's on-device step (`protocol.PersonalTrainer`) with and without augmentation of the
-user's training part, scored on the test part. Text: EDA (`techniques.eda`, WordNet 3.0 synonyms);
-images: crop, rotation and translation (`techniques.image_augment`). Up to `eda_n_aug` /
-`image_n_aug` generated per original, capped at `augment_cap` x the original count (the paper: "at
-most 1x"). Paper: +0.9% (LSTM), +3.1% (MobileNet); MobileNet's change taken apart: `augment_ablation`.
+A3. AutLearn's on-device step (`protocol.PersonalTrainer`) with and without augmentation of the user's training
+part, scored on the test part. Text: EDA (`techniques.eda`, WordNet 3.0 synonyms); images: crop, rotation and
+translation (`techniques.image_augment`, their strength chosen on validation writers: `augment_choice`). Up to
+`eda_n_aug` / `image_n_aug` generated per original, at most `augment_cap` x the originals (the paper: "at most
+1x"). Paper: +0.9% (LSTM), +3.1% (MobileNet); MobileNet's change taken apart: `augment_ablation`.
 
-A4. Online learning emulated as the paper describes it (`protocol.stream_pass`): a user's data in
-order (training part, then test part), each sample predicted (and scored), then buffered; each full
-buffer of `online_batch_size` trains the last layer once from the inference's cached features.
-Against the same start model without updates. Paper: +5.9% (LSTM), +3.1% (MobileNet), larger later.
-Text starts from the LSTM pre-trained on Sent140. Images: the public MobileNet's fresh head is at
-chance, so, as AutLearn's cloud pre-trains on public data (Sec. 3.1), the head trains on "public"
-writers (`image_public_fraction`); the online update (`online_image_candidates`) is chosen on its
-own validation writers by online's gain, never on streaming users.
+A4. Online learning emulated as the paper describes it (`online_learning.stream_pass`): a user's data in order
+(training part, then test part), each sample predicted (and scored), then buffered; each full buffer of
+`online_batch_size` trains the last layer once from the inference's cached features. Against the same start
+model without updates. Paper: +5.9% (LSTM), +3.1% (MobileNet), larger later. Text starts from the LSTM
+pre-trained on Sent140. Images: the public MobileNet's fresh head is at chance, so, as AutLearn's cloud
+pre-trains on public data (Sec. 3.1), the head trains on "public" writers (`image_public_fraction`); the online
+update (`online_image_candidates`) is chosen on its own validation writers by online's gain, never on users.
 
 Top-1 throughout (text: the next word before any character is typed; `<unk>` never counts as right);
-effects: relative changes of the mean over users, averaged over `seeds` (each seed: its own public
-models, draws and batch orders; users, writers' roles and rates follow `seed`), paired bootstrap
-interval over users, absolute change beside. Stages, one per notebook section: `load`, `pretrain`,
-`choose_rates`, `augment_text`, `augment_images`, `ablation`, `online_text`, `online_images`,
-`conclude`; `run` calls them all.
+effects: relative changes of the mean over users, averaged over `seeds` (each seed: its own public models,
+draws and batch orders; users, writers' roles and rates follow `seed`), paired bootstrap interval over users,
+absolute change beside. Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `augment_text`,
+`augment_images`, `ablation`, `online_text`, `online_images`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -35,10 +33,11 @@ import pandas as pd
 from ondevice import streams
 from ondevice.data import femnist, wordnet
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.autlearn import augment_ablation, common, protocol, report
-from ondevice.papers.autlearn.report import plot_augmentation, plot_curve  # noqa: F401  (the notebook's figures)
+from ondevice.papers.autlearn import augment_ablation, cloud_baselines, common, online_learning, protocol, report
+from ondevice.papers.autlearn.augment_choice import augmenter, check_strength, choose_strength
 from ondevice.papers.autlearn.techniques import eda, image_augment
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion, effect_row, wide
 
 NAME = "autlearn_augment_online"
 MODELS = common.MODEL_NAMES
@@ -60,9 +59,6 @@ STAND_IN = (
     "split only), LEAF FEMNIST (105 writers, a 5% sample) and LEAF's Shakespeare users (here the suite's "
     "own reading of the same Project Gutenberg plays)"
 )
-ONLINE_IMAGE_CANDIDATES = tuple(f"sgd:{r}" for r in ("0.001", "0.003", "0.01", "0.03", "0.1")) + tuple(
-    f"adam:{r}" for r in ("0.0001", "0.0003", "0.001", "0.003")
-)
 
 
 @dataclass(frozen=True)
@@ -76,6 +72,8 @@ class Params(common.AutLearnParams):
     eda_n_aug: float = 5.0  # generated per sentence before the cap ("more than 5x", the paper)
     image_operations: tuple[str, ...] = ("crop", "rotation", "translation")  # the paper's MobileNet choice
     image_n_aug: int = 5
+    image_strength: float = 1.0  # x image_augment.STRENGTH, chosen on validation writers (augment_choice)
+    image_strength_candidates: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
     augment_cap: float = 1.0  # generated samples used: at most this x the original count
     ablation_epochs: tuple[int, ...] = (1, 3)  # MobileNet's change taken apart also at these epochs
     # A4
@@ -83,18 +81,17 @@ class Params(common.AutLearnParams):
     last_fraction: float = 0.25  # "later": the last quarter of each stream (ours are short)
     image_public_fraction: float = 0.5  # writers whose data trains the cloud head (A4 only)
     image_validation_fraction: float = 0.25  # of those, held out to choose the online update
-    online_image_candidates: tuple[str, ...] = ONLINE_IMAGE_CANDIDATES  # "optimizer:rate", the more conservative first
+    online_image_candidates: tuple[str, ...] = online_learning.CANDIDATES  # "optimizer:rate", conservative first
     curve_points: int = 10
     bootstrap: int = 2000
     seeds: int = 1  # repeats of the public models and all training (seed, seed + 1, ...)
 
-    # text_users: 6 at default to fit the CPU budget (A3 trains every user's softmax twice, A4
-    # streams every user's data twice). Smoke: two FEMNIST file pairs (10 writers), all used, so that
-    # A4 has public, validation and streaming writers; 15 head epochs (cheap on cached features).
+    # text_users: 6 at default to fit the CPU budget (A3 trains every user's softmax twice, A4 streams every
+    # user's data twice). Smoke: two FEMNIST file pairs (10 writers), all used, so that A4 has public,
+    # validation and streaming writers; the head's epochs are chosen (`protocol.choose_step`).
     PRESETS = common.presets(
         {
-            "smoke": dict(femnist_pairs=2, image_users=0, image_personal_epochs=15, bootstrap=300, curve_points=5)
-            | dict(seeds=2),
+            "smoke": dict(femnist_pairs=2, image_users=0, bootstrap=300, curve_points=5, seeds=2),
             "default": dict(text_users=6, seeds=3),
         }
     )
@@ -106,10 +103,11 @@ class Params(common.AutLearnParams):
             chosen = getattr(self, name)
             self.require(bool(chosen) and set(chosen) <= set(ops), name, f"must be a non-empty subset of {ops}")
         self.positive("eda_n_aug", "augment_cap")
+        check_strength(self)
         self.at_least(1, "image_n_aug", "online_batch_size", "seeds")
         self.require(all(e >= 1 for e in self.ablation_epochs), "ablation_epochs", "must be epochs >= 1")
         self.between("(0, 1)", "last_fraction", "image_public_fraction", "image_validation_fraction")
-        ok = bool(self.online_image_candidates) and all(map(protocol.online_candidate, self.online_image_candidates))
+        ok = bool(updates := self.online_image_candidates) and all(map(online_learning.online_candidate, updates))
         self.require(ok, "online_image_candidates", "must list 'sgd:<rate>' or 'adam:<rate>' with positive rates")
         self.at_least(2, "curve_points")
         self.at_least(100, "bootstrap")
@@ -141,14 +139,16 @@ def pretrain(params: Params, data: Data, log=print) -> dict[str, dict[int, commo
 
 
 def choose_rates(params: Params, data: Data, models: dict, log=print) -> tuple[Params, pd.DataFrame]:
-    """The on-device rates chosen on the validation users (never the test users), with the first seed's models."""
+    """The on-device rates and epochs, then the image augmentation's strength (`augment_choice`), chosen on the
+    validation users (never the test users) with the first seed's models; one table of every candidate."""
     first = {kind: by_seed[params.seed] for kind, by_seed in models.items()}
-    return protocol.choose_rates(params, data.text, data.images, first, log)
+    params, rates = protocol.choose_steps(params, data.text, data.images, first, log)
+    params, strengths = choose_strength(params, data.images, first["image"], log)
+    return params, pd.concat([rates, strengths], ignore_index=True)
 
 
 def _seeds(params: Params, stage):
-    """`stage(params, seed)` for every seed (params with that seed: its draws and batch orders),
-    the tables it returns stacked with a seed column."""
+    """`stage(params, seed)` for every seed (params with its draws and batch orders); tables stacked by seed."""
     outs = [stage(dataclasses.replace(params, seed=s), s) for s in params.seed_list]
     stack = lambda i: pd.concat([o[i].assign(seed=s) for o, s in zip(outs, params.seed_list)], ignore_index=True)
     return tuple(stack(i) for i in range(len(outs[0])))
@@ -178,19 +178,19 @@ def augment_text(params: Params, data: Data, models: dict, log=print, eda_like=N
             more = eda.augment_corpus(made, sents, rng, p.eda_n_aug, p.augment_cap)
             return build_samples(sents + more, text.vocab, text.context_words), len(more)
 
-        return (protocol.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
+        return (cloud_baselines.augmented_steps(p, "text", text, models["text"][seed], augment, "sentences", log),)
 
     return _seeds(dataclasses.replace(params, seeds=seeds or params.seeds), one)[0]
 
 
 def augment_images(params: Params, data: Data, models: dict, log=print) -> pd.DataFrame:
-    """Per seed and writer: AutLearn's step (the MobileNet head on the writer's LEAF training images)
-    without and with crop/rotation/translation; top-1 on the writer's test images."""
-    images, augmenter = data.images, image_augment.ImageAugmenter(params.image_operations)
+    """Per seed and writer: AutLearn's step (the MobileNet head on the writer's LEAF training images) without
+    and with crop/rotation/translation at the chosen strength (`augment_choice`); top-1 on the test images."""
+    images, augment_ = data.images, augmenter(params)
 
     def one(p: Params, seed: int):
-        augment = lambda user: augment_ablation.training_set(p, images, user, augmenter)
-        return (protocol.augmented_steps(p, "image", images, models["image"][seed], augment, "images", log),)
+        augment = lambda user: augment_ablation.training_set(p, images, user, augment_)
+        return (cloud_baselines.augmented_steps(p, "image", images, models["image"][seed], augment, "images", log),)
 
     return _seeds(params, one)[0]
 
@@ -207,26 +207,25 @@ def ablation(params: Params, data: Data, models: dict, image_aug, text_aug, log=
 def online_text(params: Params, data: Data, models: dict, log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per seed, each user's sentences in order (training part, then test part) through the
     pre-trained LSTM, with and without online updates of its softmax."""
-    user_streams = {u: protocol.text_stream(data.text, u) for u in data.text.users}
+    user_streams = {u: online_learning.text_stream(data.text, u) for u in data.text.users}
 
     def one(p: Params, seed: int):
         pre = models["text"][seed]
-        return protocol.online_rows(
-            p, "text", protocol.online_trainer(p, "text", pre.model), pre.weights, user_streams, log
+        return online_learning.online_rows(
+            p, "text", online_learning.online_trainer(p, "text", pre.model), pre.weights, user_streams, log
         )
 
     return _seeds(params, one)
 
 
 def online_images(params: Params, data: Data, models: dict, log=print):
-    """Per seed, A4 for MobileNet (`protocol.online_images`: the cloud's head on public writers, the
-    online update chosen on validation writers, the users' streams). Returns the users' rows and
-    curve, the selection table and notes."""
-    roles, chosen = protocol.image_roles(params, data.images), {}
+    """Per seed, A4 for MobileNet (`online_learning.online_images`: the cloud's head on public writers, the online
+    update chosen on validation writers, the users' streams): the users' rows and curve, the selection table, notes."""
+    roles, chosen = online_learning.image_roles(params, data.images), {}
     candidates = params.online_image_candidates
 
     def one(p: Params, seed: int):
-        rows, curve, table, chosen[seed] = protocol.online_images(
+        rows, curve, table, chosen[seed] = online_learning.online_images(
             p, data.images, models["image"][seed], roles, candidates, log
         )
         return rows, curve, table
@@ -248,10 +247,11 @@ def effects(params: Params, augmented: pd.DataFrame, online: pd.DataFrame) -> tu
     for (technique, kind, part), (claim, quantity) in CLAIMS.items():
         table, column, *pair = sources[technique]
         value = "top1" if technique == "augmentation" else f"top1_{part}"
-        better, worse = (report.wide(table, value, model=MODELS[kind], **{column: c}) for c in pair)
+        better, worse = (wide(table, value, model=MODELS[kind], **{column: c}) for c in pair)
         rng = streams.rng(params.seed, f"bootstrap/{technique}/{kind}/{part}")
         absolute = {"absolute change of the mean": float(better.mean() - worse.mean())}
-        rows.append(report.effect_row(claim, numbers.get(quantity, np.nan), better, worse, rng, n_boot, **absolute))
+        first = {"effect": claim, "paper change": numbers.get(quantity, np.nan)}
+        rows.append(effect_row(first, better, worse, rng, n_boot, "mean", absolute))
         per_seed[claim] = list(better.mean(axis=1) / worse.mean(axis=1) - 1)
     return pd.DataFrame(rows), per_seed
 
@@ -262,21 +262,19 @@ def conclude(
     """Tables, headline numbers over seeds, the paper's numbers beside ours, the verdicts and the diagnoses."""
     eff, per_seed = effects(params, augmented, online)
     claim = {MODELS[k]: CLAIMS[("augmentation", k, "test")][0] for k in MODELS}
-    eff = augment_ablation.diagnose(params, eff, claim, ablation)
-    ours = {q: float(eff.loc[eff.effect == c, "our change"].iloc[0]) for (_, _, part), (c, q) in CLAIMS.items() if q}
-    headline = {q: claims.headline(list(map(float, per_seed[c]))) for (_, _, _), (c, q) in CLAIMS.items() if q}
+    c = Conclusion(NAME, params, PAPER)
+    eff = c.effect_rows(augment_ablation.diagnose(params, eff, claim, ablation))
+    c.headlines({q: per_seed[e] for (_, _, _), (e, q) in CLAIMS.items() if q})
+    c.paper_vs_ours({q: float(eff.loc[eff.effect == e, "our change"].iloc[0]) for _, (e, q) in CLAIMS.items() if q})
     tables = dict(data=data.table(), eda_examples=examples, augmentation=augmented, online=online, curve=curve)
     tables |= dict(online_image_selection=image_selection, summary=report.augment_online_summary(augmented, online))
-    tables |= dict(
-        pretraining=common.pretraining_table(models), paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=eff
-    )
-    tables |= dict(rate_selection=rates, augmentation_ablation=ablation)
+    tables |= dict(pretraining=common.pretraining_table(models), rate_selection=rates, augmentation_ablation=ablation)
     manifests = [m.summary() for m in (*data.text.manifests, data.images.manifest, data.wordnet_manifest)]
     notes = dict(text_users=list(data.text.users), image_users=list(data.images.users), **image_notes)
     cached = {s: m.from_cache for s, m in models["text"].items()}
     notes |= dict(pretrained_lstm_from_cache=cached, femnist_classes=femnist.CLASSES, seeds=params.seed_list)
     notes |= report.rate_notes(params, data.text, data.images)
-    return report.result(NAME, params, tables, headline, manifests, STAND_IN, wall_time_s, **notes)
+    return c.result(tables, manifests, STAND_IN, wall_time_s, **notes)
 
 
 def verdict_text(result: record.Result) -> str:

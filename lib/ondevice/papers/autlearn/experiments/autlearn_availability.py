@@ -11,7 +11,7 @@ windows, what share of devices finish within 24 hours?
   (`trace_file`; both are declared in data_manifests/ but not available offline); otherwise, and
   at every scale by default, a synthetic trace in FLASH's format from a documented model
   (`data.device_traces.SyntheticModel`), labelled synthetic wherever it is used.
-- Training time per user: DeepType's LSTM at this scale (`deeptype_common`), each test user's
+- Training time per user: DeepType's LSTM at this scale (`tasks.typing_protocol`), each test user's
   personal training at batch 16; the host's steady-state step time (or, at smoke scale, counted
   FLOPs at `host_gflops`, which reproduces bit for bit) x steps, for full training and for
   AutLearn's fine-tuning of the last layer. Step time does not depend on the weights, so the
@@ -31,7 +31,6 @@ notebook section: `load_corpus`, `load_trace`, `minutes_per_day`, `layer_times`,
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,34 +38,32 @@ from pathlib import Path
 from ondevice import streams
 from ondevice.data import device_traces, manifests
 from ondevice.data.device_traces import AUTONOMOUS, CHARGING, FEDERATED
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.device import availability as av
 from ondevice.device import tflite
 from ondevice.papers.autlearn import costs, traces
-from ondevice.papers.autlearn.costs import fine_tune_time_ratio, host_times, phone_times  # noqa: F401  (stages)
-from ondevice.papers.autlearn.report import (  # noqa: F401  (the notebook's tables and figures)
+from ondevice.papers.autlearn.costs import fine_tune_time_ratio, host_times, phone_times
+from ondevice.papers.autlearn.report import (
     availability_summary,
     finish_summary,
-    plot_availability,
-    plot_finish,
 )
-from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep  # noqa: F401
-from ondevice.papers.deeptype import common
-from ondevice.papers.deeptype.common import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.papers.autlearn.traces import finish_within_day, load_trace, minutes_per_day, wifi_sweep
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion
+from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Step
 from ondevice.training.trainer import seed_everything
 
 NAME = "autlearn_availability"
 VARIANTS = {"fine_tune": "AutLearn: only the last layer trains", "full": "every layer trains (DeepType incremental)"}
 PAPER = facts.paper(NAME)
 CLAIM = PAPER.effects[0].claim
-# the synthetic trace's habits (`device_traces.SyntheticModel`) as parameters `trace_<habit>`
-MODEL_FIELDS = {f"trace_{f.name}": f.name for f in dataclasses.fields(device_traces.SyntheticModel)}
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     # the trace
     trace_source: str = "synthetic"  # synthetic | flash | fedscale
     trace_file: str = ""  # a FLASH state_traces.json / FedScale client_behave_trace; "" = its manifest
@@ -75,20 +72,8 @@ class Params(common.DeepTypeParams):
     trace_devices: int = 1500  # synthetic: devices (the paper: about 1,500 users)
     trace_days: int = 7  # synthetic: days (FLASH's trace: one week)
     trace_start: str = "2021-03-01"  # synthetic: first day of the trace
-    # synthetic: the documented model's habits (device_traces.SyntheticModel; our choices, not fitted to data)
-    trace_bedtime: float = 23.5
-    trace_wake: float = 7.5
-    trace_night_charge_a: float = 2.0
-    trace_night_charge_b: float = 2.0
-    trace_day_charges: float = 1.0
-    trace_day_charge_hours: float = 0.75
-    trace_awake_sessions_per_hour: float = 3.0
-    trace_session_minutes: float = 4.0
-    trace_night_sessions: float = 1.0
-    trace_home_wifi: float = 0.8
-    trace_work_wifi: float = 0.4
-    trace_models: tuple[str, ...] = ("Redmi Note 8", "Nexus 6", "Galaxy Note 10")
-    trace_model_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    # synthetic: the documented model's habits (our choices, not fitted to data)
+    trace: device_traces.SyntheticModel = device_traces.SyntheticModel()
     # phones (FLASH's measured layer times) and training
     unknown_phone: str = "redmi_note8"  # profile for a trace's phone models that are not profiled
     personal_optimizer: str = "sgd"  # DeepType's personal configuration (SGD; a stateless checkpoint resumes exactly)
@@ -107,7 +92,7 @@ class Params(common.DeepTypeParams):
     resume_schedule: tuple[int, ...] = (3, 1, 4, 2)  # steps per window in the interrupted-training check
     bootstrap: int = 2000
 
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {
             "smoke": dict(trace_devices=40, trace_days=3, host_time="counted", timing_steps=5, bootstrap=500)
             | dict(start_hours=(0, 6, 12, 18), epochs_grid=(1, 5), resume_schedule=(2, 1, 2)),
@@ -124,18 +109,19 @@ class Params(common.DeepTypeParams):
         self.require(self.trace_devices >= 2, "trace_devices", "must be at least 2 (effects are paired over devices)")
         self.require(self.trace_days * 24 >= self.min_trace_hours, "trace_days", "must cover min_trace_hours")
         self.require(self.min_trace_hours >= self.horizon_hours, "min_trace_hours", "must be at least horizon_hours")
-        hours = 0 <= self.trace_bedtime < 30 and 0 <= self.trace_wake < 24
-        self.require(hours, "trace_bedtime", "and trace_wake must be hours of the day")
+        trace = self.trace
+        hours = 0 <= trace.bedtime < 30 and 0 <= trace.wake < 24
+        self.require(hours, "trace.bedtime", "and trace.wake must be hours of the day")
         habits = "night_charge_a night_charge_b day_charge_hours awake_sessions_per_hour session_minutes".split()
-        for name in [f"trace_{h}" for h in habits] + ["host_gflops", "horizon_hours", "personal_learning_rate"]:
-            self.require(getattr(self, name) > 0, name, "must be positive")
-        for name in ("trace_day_charges", "trace_night_sessions", "window_overhead_s"):
-            self.require(getattr(self, name) >= 0, name, "must be >= 0")
-        for name in ("trace_home_wifi", "trace_work_wifi"):
-            self.require(0 <= getattr(self, name) <= 1, name, "must be a probability")
-        weights = self.trace_model_weights
-        ok = len(self.trace_models) == len(weights) > 0 and min(weights) >= 0 and sum(weights) > 0
-        self.require(ok, "trace_model_weights", "must give one non-negative weight per trace model, not all 0")
+        for name in [f"trace.{h}" for h in habits] + ["host_gflops", "horizon_hours", "personal_learning_rate"]:
+            self.require(self.value(name) > 0, name, "must be positive")
+        for name in ("trace.day_charges", "trace.night_sessions", "window_overhead_s"):
+            self.require(self.value(name) >= 0, name, "must be >= 0")
+        for name in ("trace.home_wifi", "trace.work_wifi"):
+            self.require(0 <= self.value(name) <= 1, name, "must be a probability")
+        weights = trace.model_weights
+        ok = len(trace.models) == len(weights) > 0 and min(weights) >= 0 and sum(weights) > 0
+        self.require(ok, "trace.model_weights", "must give one non-negative weight per trace model, not all 0")
         self.require(self.unknown_phone in phones, "unknown_phone", f"must be one of {phones}")
         self.require(self.variant in VARIANTS, "variant", f"must be one of {sorted(VARIANTS)}")
         self.require(self.host_time in ("measured", "counted"), "host_time", "must be 'measured' or 'counted'")
@@ -150,9 +136,6 @@ class Params(common.DeepTypeParams):
         ok = self.trace_source == "synthetic" or self.trace_file == "" or Path(self.trace_file).is_file()
         self.require(ok, "trace_file", "must be an existing file")
 
-    def synthetic_model(self) -> device_traces.SyntheticModel:
-        return device_traces.SyntheticModel(**{k: getattr(self, f) for f, k in MODEL_FIELDS.items()})
-
 
 def layer_times(params: Params):
     """Each phone's fitted per-layer training time (FLASH's measurements), and the fits' quality."""
@@ -164,9 +147,9 @@ def resume_check(params: Params, corpus: Corpus, log=print):
     variant, once without interruption and once interrupted at the window edges of
     `resume_schedule` (`traces.resume_table`); the weights must agree."""
     seed_everything(params.seed)
-    model, task = common.build_model(params, corpus, params.seed), NextWordTask(params.k)
+    model, task = typing_protocol.build_model(params, corpus, params.seed), NextWordTask(params.k)
     hooks = [FineTune()] if params.variant == "fine_tune" else []
-    module = tflite.TrainableModel(model, task, params.personal_learning_rate, params.personal_optimizer, hooks)
+    module = Step(model, task, params.personal_learning_rate, params.personal_optimizer, hooks)
     flatbuffer = tflite.convert(module)
     batches, n = costs.personal_batches(params, corpus, corpus.split.test[0]), sum(params.resume_schedule)
     if len(batches) < n:
@@ -184,37 +167,39 @@ def conclude(
     auto = AUTONOMOUS if AUTONOMOUS in trace.conditions else CHARGING  # FedScale: charging bounds both
     fed = FEDERATED if FEDERATED in trace.conditions else CHARGING
     median = lambda condition: float(minutes[minutes.condition == condition].minutes_per_day.median())
-    ours = dict(zip((n.quantity for n in PAPER.numbers), (median(auto), median(fed), within[auto])))
+    c = Conclusion(NAME, params, PAPER)
     wide = minutes.pivot(index="device", columns="condition", values="minutes_per_day")
     pairs = {CLAIM: (wide[auto].to_numpy(), wide[fed].to_numpy())}
-    why = {CLAIM: claims.Diagnosis(traces.wifi_diagnosis(sweep), traces.HABIT_SECTION)} if len(sweep) else {}
-    rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(PAPER, pairs, rng, n_boot=params.bootstrap, diagnoses=why)
+    habit = claims.Diagnosis(traces.wifi_diagnosis(sweep), traces.HABIT_SECTION, claims.Kind.DATA)  # the trace's
+    c.effects(
+        pairs,
+        streams.rng(params.seed, "bootstrap"),
+        n_boot=params.bootstrap,
+        diagnoses={CLAIM: habit} if len(sweep) else {},
+    )
     share = f"share finishing within {params.horizon_hours:g} h, autonomous, {params.variant}, "
     share += f"{params.personal_epochs} epochs"
-    resumed = float(resume.value.iloc[0])
-    headline = {
-        "median minutes per day, autonomous": claims.headline([median(auto)], 1.0),
-        "median minutes per day, federated": claims.headline([median(fed)], 1.0),
-        share: claims.headline([within[auto]], max(0.02, 1 / len(trace.devices))),
-        "interrupted vs uninterrupted training, max |weight difference|": claims.headline([resumed], 1e-6),
+    minutes_a_day = {
+        "median minutes per day, autonomous": [median(auto)],
+        "median minutes per day, federated": [median(fed)],
     }
+    c.headlines(minutes_a_day, dict.fromkeys(minutes_a_day, 1.0))
+    c.headlines({share: [within[auto]]}, {share: max(0.02, 1 / len(trace.devices))})
+    resumed = "interrupted vs uninterrupted training, max |weight difference|"
+    c.headlines({resumed: [float(resume.value.iloc[0])]}, {resumed: 1e-6})
+    c.paper_vs_ours(dict(zip((n.quantity for n in PAPER.numbers), (median(auto), median(fed), within[auto]))))
     stand_in = "; ".join(s for s in (trace.data["stand_in_for"], corpus.manifest.stand_in_for) if s)
     tables = dict(trace=trace.table(), minutes_per_day=minutes, availability=availability_summary(minutes))
     tables |= {"wifi_sweep": sweep} if len(sweep) else {}
     tables |= dict(layer_time_fit=fit, host_times=host, phone_times=phones, resume_check=resume)
     tables |= dict(finish_per_device=finish, finish_within_day=finish_summary(params, finish))
-    tables |= dict(headline=claims.headline_table(headline), paper_vs_ours=claims.paper_vs_ours(PAPER, ours))
-    tables |= dict(effects=effects)
     artifacts = {"split.json": corpus.split.to_dict(), **{f"device_profile_{p}.json": d for p, d in profiles.items()}}
     data = [trace.data, corpus.manifest.summary(), manifests.load(av.MANIFEST).summary()]
     flash = "extrapolated from FLASH's per-layer DL4J training times"
     notes = dict(trace=trace.source, synthetic_trace=trace.synthetic, conditions=list(trace.conditions))
     notes |= dict(host_time=params.host_time, fine_tune_time_ratio=fine_tune_time_ratio(host))
     notes |= dict(test_users=list(corpus.split.test), phone_times=flash, split_digest=corpus.split.digest)
-    return record.Result(
-        NAME, params.to_dict(), tables, data, stand_in, wall_time_s, notes=notes, headline=headline, artifacts=artifacts
-    )
+    return c.result(tables, data, stand_in, wall_time_s, artifacts=artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:

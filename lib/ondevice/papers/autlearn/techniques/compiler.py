@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from ondevice.device import tflite
-from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
+from ondevice.training.step import Step
 
 PATHS = ("tensorflow", "xla", "tflite")
 
@@ -22,24 +22,16 @@ def step_function(path: str, model, task, optimizer: str, learning_rate: float, 
     state, starting from zero, and trains `model`'s weights as they are (TFLite: a copy of them
     inside the file)."""
     if path == "tflite":
-        module = tflite.TrainableModel(model, task, learning_rate, optimizer, hooks)
-        runner = tflite.interpreter(tflite.convert(module)).get_signature_runner("train")
+        runner = tflite.interpreter(tflite.convert(Step(model, task, learning_rate, optimizer, hooks)))
+        runner = runner.get_signature_runner("train")
         sig = task.signature
         names, dtypes = (sig.inputs.name, sig.labels.name), (sig.inputs.dtype, sig.labels.dtype)
         feed = lambda x, y: {n: np.asarray(v, d.as_numpy_dtype) for n, v, d in zip(names, (x, y), dtypes)}
         return lambda x, y: float(runner(**feed(x, y))["loss"])
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    variables = trainable_variables(model, hooks)
-    opt = make_optimizer(optimizer, learning_rate)
-    opt.build(variables)
-    sig = task.signature  # unknown batch and length: one trace (XLA still compiles once per shape)
-    fn = tf.function(
-        lambda x, y: train_step(model, task, opt, variables, hooks, x, y),
-        input_signature=[sig.inputs, sig.labels],
-        jit_compile=path == "xla",
-    )
-    return lambda x, y: float(fn(x, y))
+    step = Step(model, task, learning_rate, optimizer, hooks, jit_compile=path == "xla")
+    return lambda x, y: float(step.train(x, y)["loss"])
 
 
 @contextlib.contextmanager

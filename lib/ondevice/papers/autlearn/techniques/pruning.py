@@ -22,6 +22,7 @@ The unstructured alternative is `magnitude_pruning`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -288,7 +289,8 @@ def search(
     log=print,
 ) -> tuple[keras.Model, list[Round], float]:
     """Prune round by round until validation accuracy drops more than `max_drop` (absolute) below
-    the uncompressed model's, FLOPs reach `flops_budget` x the original's, or `max_rounds`.
+    the uncompressed model's, FLOPs reach `flops_budget` x the original's, no layer can lose a unit,
+    or `max_rounds` (0: no cap, the budget alone ends it).
 
     Each round every candidate layer (`layers`, default all `candidates`) removes its
     K = ceil(step x width) lowest-norm units; the pruned model with the best accuracy before
@@ -304,7 +306,7 @@ def search(
     base, original_flops = evaluate(model), forward_flops(model)
     best, rounds = model, []
     names = layers if layers is not None else candidates(model)
-    for r in range(1, max_rounds + 1):
+    for r in itertools.count(1) if max_rounds == 0 else range(1, max_rounds + 1):
         if forward_flops(best) <= flops_budget * original_flops:
             break
         tried = []

@@ -44,7 +44,8 @@ from ondevice.papers.colla.report import (  # noqa: F401  (stages)
     versus_baselines,
 )
 from ondevice.params import presets
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion
 
 NAME = "colla"
 PAPER = facts.paper(NAME)  # Table 1, Sec. 3.2 and 5.3 (top-100 devices, mobility prediction)
@@ -89,6 +90,26 @@ def run_controls(params: Params, devices: Devices, runs: list[SeedRun], log=prin
     return controls.run_controls(params, devices, {s: r.ct_weights for s, r in zip(params.seed_list, runs)}, log)
 
 
+def per_seed(params: Params, last: pd.DataFrame, groups: pd.DataFrame) -> dict[str, list[float]]:
+    """Each headline quantity's value per seed: Table 1's medians and means, Colla's best share and
+    the groups chosen at the last cloud update (1 when it kept one group)."""
+    values = {f"median accuracy, {m}": [] for m in METHODS} | {f"mean accuracy, {m}": [] for m in METHODS}
+    values["share of devices where Colla is best"] = []
+    values["groups chosen at the last update"] = []
+    shares = best_shares(last)
+    for seed, group in last.groupby("seed"):
+        for m in METHODS:
+            acc = group[group.method == m].accuracy
+            values[f"median accuracy, {m}"].append(float(acc.median()))
+            values[f"mean accuracy, {m}"].append(float(acc.mean()))
+        values["share of devices where Colla is best"].append(
+            float(shares[(shares.seed == seed) & (shares.method == "Colla")]["best share"].iloc[0])
+        )
+        chosen = groups[(groups.seed == seed) & (groups.cycle == params.cycles) & groups.chosen]
+        values["groups chosen at the last update"].append(float(chosen.K.iloc[0]) if len(chosen) else 1.0)
+    return values
+
+
 def conclude(
     params: Params,
     devices: Devices,
@@ -101,59 +122,42 @@ def conclude(
 ) -> record.Result:
     cycles = cycles_table(runs)
     last = final(cycles)
-    summary = summary_table(last)
     groups = groups_table(runs)
     sizes = model_sizes(params, devices)
-    per_seed = {f"median accuracy, {m}": [] for m in METHODS} | {f"mean accuracy, {m}": [] for m in METHODS}
-    per_seed["share of devices where Colla is best"] = []
-    per_seed["groups chosen at the last update"] = []
-    shares = best_shares(last)
-    for seed, group in last.groupby("seed"):
-        for m in METHODS:
-            acc = group[group.method == m].accuracy
-            per_seed[f"median accuracy, {m}"].append(float(acc.median()))
-            per_seed[f"mean accuracy, {m}"].append(float(acc.mean()))
-        per_seed["share of devices where Colla is best"].append(
-            float(shares[(shares.seed == seed) & (shares.method == "Colla")]["best share"].iloc[0])
-        )
-        chosen = groups[(groups.seed == seed) & (groups.cycle == params.cycles) & groups.chosen]
-        per_seed["groups chosen at the last update"].append(float(chosen.K.iloc[0]) if len(chosen) else 1.0)
-    headline = {q: claims.headline(v, resolution=1.0 if q.startswith("groups") else 0.0) for q, v in per_seed.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(per_seed(params, last, groups), resolution={"groups chosen at the last update": 1.0})
     counted = sizes.set_index(["places", "model"]).total
-    ours = {q: h["value"] for q, h in headline.items()}
-    ours["parameters, cloud model (|V| = 368)"] = float(counted[("paper's |V| = 368", "cloud (heavy)")])
-    ours["parameters, device model (|V| = 368)"] = float(
-        counted[("paper's |V| = 368", "device (light, FC over every place)")]
+    c.paper_vs_ours(
+        extra={
+            "parameters, cloud model (|V| = 368)": float(counted[("paper's |V| = 368", "cloud (heavy)")]),
+            "parameters, device model (|V| = 368)": float(
+                counted[("paper's |V| = 368", "device (light, FC over every place)")]
+            ),
+        }
     )
     wide = {
         m: last[last.method == m].pivot(index="seed", columns="device", values="accuracy").to_numpy() for m in METHODS
     }
     measured = {f"Colla is more accurate than {m}": (wide["Colla"], wide[m]) for m in ("DT", "CT", "DT-ws")}
-    effects = claims.effects_table(
-        PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices"
-    )
-    steps = training_steps(cycles)
+    effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices")
     data = devices.table()
     checked = controls.summary(control) if control is not None else None
     if checked is not None:
         samples = float(data[data.part != "bootstrap (cloud)"]["samples per device, median"].median())
-        effects = diagnose(effects, last, checked, samples)
+        c.effect_rows(diagnose(effects, last, checked, samples))
     tables = {
         "data": data,
         "qualification": devices.qualification(params.cycles),
         "cycles": cycles,
-        "summary": summary,
-        "best_shares": shares,
+        "summary": summary_table(last),
+        "best_shares": best_shares(last),
         "groups": groups,
         "model_sizes": sizes,
         "bootstrap_training": boot.history(),
         "model_cache": boot.cache(),
-        "headline": claims.headline_table(headline),
-        "paper_vs_ours": claims.paper_vs_ours(PAPER, ours),
-        "effects": effects,
         "versus_baselines": versus_baselines(last),
         "best_shares_all": best_shares_all(last),
-        "training_steps": steps,
+        "training_steps": training_steps(cycles),
         "shared_places": shared_places(devices, params),
     }
     if choice is not None:
@@ -164,31 +168,24 @@ def conclude(
         tables[f"summary_{other.sequence.iloc[0]}"] = summary_table(final(other))
         tables[f"versus_baselines_{other.sequence.iloc[0]}"] = versus_baselines(final(other))
     crossings = [r.boundary.log for r in runs]
-    return record.Result(
-        experiment=NAME,
-        params=params.to_dict(),
-        tables=tables,
-        headline=headline,
-        data=[devices.summary()],
-        stand_in_data=None,
-        wall_time_s=wall_time_s,
-        notes={
-            "devices": len(devices.uids),
-            "devices_excluded": len(devices.data.excluded),
-            "places": devices.places,
-            "sequence": params.sequence,
-            "seeds": params.seed_list,
-            "device_learning_rate_measured": chosen_rate(choice) if choice is not None else None,
-            "controls": None
-            if checked is None
-            else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
-            "share of test place changes to places seen on other devices": shared_share(tables["shared_places"]),
-            "uploads": sum(1 for log in crossings for c in log if c[0] == "up"),
-            "downloads": sum(1 for log in crossings for c in log if c[0] == "down"),
-            "parameters_uploaded": sum(sum(u.size for d, _, u in log if d == "up") for log in crossings),
-            "cloud_models_from_cache": {s: e.hit for s, e in boot.cloud.items()},
-            "limitation": common.LIMITED_DEVICES.format(n=len(devices.uids)),
-        },
+    return c.result(
+        tables,
+        [devices.summary()],
+        None,
+        wall_time_s,
+        devices=len(devices.uids),
+        devices_excluded=len(devices.data.excluded),
+        places=devices.places,
+        sequence=params.sequence,
+        seeds=params.seed_list,
+        device_learning_rate_measured=chosen_rate(choice) if choice is not None else None,
+        controls=None if checked is None else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
+        **{"share of test place changes to places seen on other devices": shared_share(tables["shared_places"])},
+        uploads=sum(1 for log in crossings for c_ in log if c_[0] == "up"),
+        downloads=sum(1 for log in crossings for c_ in log if c_[0] == "down"),
+        parameters_uploaded=sum(sum(u.size for d, _, u in log if d == "up") for log in crossings),
+        cloud_models_from_cache={s: e.hit for s, e in boot.cloud.items()},
+        limitation=common.LIMITED_DEVICES.format(n=len(devices.uids)),
     )
 
 

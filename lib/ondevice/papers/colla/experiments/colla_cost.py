@@ -21,16 +21,16 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.device import tflite
+from ondevice.device import parity
 from ondevice.models import mrnn
 from ondevice.papers.colla import common
-from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
+from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices
 from ondevice.papers.colla.report import COST_APPROACHES as APPROACHES
-from ondevice.papers.colla.report import plot_costs  # noqa: F401  (stages)
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.params import presets
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion
+from ondevice.training.fine_tune import FineTune
 from ondevice.training.trainer import StepTimer, Trainer
 
 NAME = "colla_cost"
@@ -180,7 +180,7 @@ def on_device(params: Params, devices: Devices, boot: Bootstrapped, log=print):
     teacher.assign(boot.cloud[seed].weights, slots)
     task = common.location_task(p, p.device_slots)
     batches = list(task.batches((x, common.to_slots(slots, y)), p.batch_size, streams.rng(seed, "diagnostics/tflite")))
-    return tflite.parity_table(
+    return parity.parity_table(
         model,
         task,
         p.device_learning_rate,
@@ -196,11 +196,13 @@ def _per_device(costs: pd.DataFrame, column: str) -> np.ndarray:
 
 
 def fc_share(params: Params, devices: Devices, last: pd.DataFrame) -> claims.Diagnosis:
-    """How much of a prediction's work Customization can remove: the FC's share of Same's FLOPs."""
+    """How much of a prediction's work Customization can remove: the FC's share of Same's FLOPs,
+    which the data's places set (the FC grows with them; the LSTM does not)."""
     same = params.device_config(devices.places, customised=False)
     share, held = 1 - mrnn.inference_flops(same, 0) / mrnn.inference_flops(same), last.places_held.median()
     text = f"the FC over all {same.outputs} places is {share:.0%} of a prediction's FLOPs (the LSTM the rest); "
-    return claims.Diagnosis(text + f"a device holds a median {held:g} in its last cycle; the paper's 2x needs 50%")
+    text += f"a device holds a median {held:g} in its last cycle; the paper's 2x needs 50%"
+    return claims.Diagnosis(text, kind=claims.Kind.DATA)
 
 
 def conclude(
@@ -215,24 +217,28 @@ def conclude(
 ) -> record.Result:
     last = costs[costs.cycle == costs.cycle.max()]
     flops_ratio = last["flops Customization"] / last["flops Same"]
+    c = Conclusion(NAME, params, PAPER)
     uploads = ("Same-Whole", "Same-FC", "Customization")
-    headline = {
-        f"parameters uploaded per update, {a}": claims.headline([float(last[f"upload {a}"].median())]) for a in uploads
-    }
-    headline |= {
-        "inference FLOPs, Same (relative)": claims.headline([1.0]),
-        "inference FLOPs, Customization (relative to Same)": claims.headline([float(flops_ratio.median())]),
-    }
+    c.headlines({f"parameters uploaded per update, {a}": [last[f"upload {a}"].median()] for a in uploads})
+    c.headlines(
+        {
+            "inference FLOPs, Same (relative)": [1.0],
+            "inference FLOPs, Customization (relative to Same)": [flops_ratio.median()],
+        }
+    )
     pairs = {
         "Same-FC uploads fewer parameters than Same-Whole": ("upload Same-Whole", "upload Same-FC"),
         "Customization needs fewer inference FLOPs than Same": ("flops Same", "flops Customization"),
     }
-    measured = {c: (_per_device(costs, b), _per_device(costs, w)) for c, (b, w) in pairs.items()}
+    measured = {claim: (_per_device(costs, b), _per_device(costs, w)) for claim, (b, w) in pairs.items()}
     rng, notes = streams.rng(params.seed, "bootstrap"), {PAPER.effects[1].claim: fc_share(params, devices, last)}
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, diagnoses=notes)
+    c.effects(measured, rng, n_boot=params.bootstrap, diagnoses=notes)
+    c.paper_vs_ours()
     wide = times.pivot(index="device", columns="approach", values="train_time_seconds")
     timed = {f"{a} trains faster than Same-Whole": a for a in ("Customization", "Same-FC")}
-    per_approach = {c: (wide["Same-Whole"].to_numpy()[None], wide[a].to_numpy()[None]) for c, a in timed.items()}
+    per_approach = {
+        claim: (wide["Same-Whole"].to_numpy()[None], wide[a].to_numpy()[None]) for claim, a in timed.items()
+    }
     timing_effects = claims.effects_table(
         PAPER_TIME, per_approach, streams.rng(params.seed, "bootstrap/time"), n_boot=params.bootstrap
     ).rename(columns=_TIMING_COLUMNS)
@@ -256,30 +262,22 @@ def conclude(
         "timing_effects": timing_effects,
         "bootstrap_training": boot.history(),
         "model_cache": boot.cache(),
-        "headline": claims.headline_table(headline),
-        "paper_vs_ours": claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()}),
-        "effects": effects,
     }
     if on_device_table is not None:
         tables["on_device"] = on_device_table
-    return record.Result(
-        experiment=NAME,
-        params=params.to_dict(),
-        tables=tables,
-        headline=headline,
-        data=[devices.summary()],
-        stand_in_data=None,
-        wall_time_s=wall_time_s,
+    return c.result(
+        tables,
+        [devices.summary()],
+        None,
+        wall_time_s,
         models={"colla_client_update_trainable.tflite": flatbuffer} if flatbuffer else {},
-        notes={
-            "devices": len(devices.uids),
-            "places": devices.places,
-            "timed_devices": int(times.device.nunique()),
-            "time_ratio_to_same_whole (volatile)": ratios,
-            "tflite_max_output_difference": float(on_device_table.max_output_difference_after.iloc[0])
-            if on_device_table is not None
-            else None,
-        },
+        devices=len(devices.uids),
+        places=devices.places,
+        timed_devices=int(times.device.nunique()),
+        **{"time_ratio_to_same_whole (volatile)": ratios},
+        tflite_max_output_difference=float(on_device_table.max_output_difference_after.iloc[0])
+        if on_device_table is not None
+        else None,
     )
 
 

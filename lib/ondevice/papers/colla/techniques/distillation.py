@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ondevice.training.trainer import Hook
+from ondevice.training.step import Hook
 
 
 class DistillationHook(Hook, tf.Module):

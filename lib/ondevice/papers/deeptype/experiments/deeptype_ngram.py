@@ -18,13 +18,16 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import top_k_eff
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed
 from ondevice.papers.deeptype import common, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.report.conclusion import Conclusion, effect_row, wide
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_ngram"
 LSTM = "LSTM"
@@ -38,11 +41,11 @@ def ngram_name(order: int, prefix_filter: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     ngram_orders: tuple[int, ...] = (2, 3)
 
     # The model fields are the shared presets', so the LSTMs are the other notebooks' cache entries.
-    PRESETS = presets(common.PRESETS, {"paper": dict(seeds=3)})
+    PRESETS = presets(typing_protocol.PRESETS, {"paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()
@@ -144,7 +147,7 @@ def _per_seed_users(users: pd.DataFrame, model: str, seeds: list[int]) -> np.nda
     so it pairs with each seed's LSTM."""
     sel = users[users.model == model]
     if model == LSTM:
-        return report.wide(sel)
+        return wide(sel, "top_k_eff")
     return np.tile(sel.set_index("user").sort_index().top_k_eff.to_numpy(float), (len(seeds), 1))
 
 
@@ -194,9 +197,7 @@ def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
         if better != LSTM:  # two counted models: one value per user, no seeds
             b, w = b[:1], w[:1]
         rng = streams.rng(params.seed, f"bootstrap/{claim}")
-        rows.append(
-            report.effect(b, w, rng, params.bootstrap, {"effect": claim, "paper": says, "paper change": np.nan})
-        )
+        rows.append(effect_row({"effect": claim, "paper": says, "paper change": np.nan}, b, w, rng, params.bootstrap))
     return pd.DataFrame(rows)
 
 
@@ -224,26 +225,22 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, ngrams: NGram
     lstm, ngram = ([float(np.median(v)) for v in _per_seed_users(users, m, seeds)] for m in (LSTM, best))
     per_seed = {"top-k-eff, LSTM": lstm, "top-k-eff, best n-gram": ngram}
     per_seed["LSTM vs best n-gram, relative"] = [a / b - 1 for a, b in zip(lstm, ngram)]
+    c = Conclusion(NAME, params, PAPER)
     # the n-grams are counted, not trained: the same value in every seed, within rounding elsewhere
-    headline = report.headlines(per_seed, {"top-k-eff, best n-gram": 1e-4})
+    c.headlines(per_seed, {"top-k-eff, best n-gram": 1e-4})
     table = summary(params, users)
     extra = [
         (f"top-k-eff, {m}", np.nan, v, np.nan, SAYS["ngram_number"])
         for m, v in zip(table.model, table.top_k_eff_median)
     ]
-    numbers = claims.paper_vs_ours(PAPER, {q: h["value"] for q, h in headline.items()})
-    numbers = pd.concat([numbers, pd.DataFrame(extra[1:], columns=numbers.columns)], ignore_index=True)
-    tables = {
-        "ngrams": ngrams.table(),
-        "users": users,
-        "summary": table,
-        "paper_vs_ours": numbers,
-        "effects": effects(params, users),
-    }
-    test_words = int(users.drop_duplicates("user").test_words.sum())
-    return report.result(
-        NAME, params, corpus, tables, headline, wall_time_s, None, models, test_words=test_words, best_ngram=best
+    numbers = c.paper_vs_ours()
+    c.tables["paper_vs_ours"] = pd.concat(
+        [numbers, pd.DataFrame(extra[1:], columns=numbers.columns)], ignore_index=True
     )
+    c.effect_rows(effects(params, users))
+    tables = {"ngrams": ngrams.table(), "users": users, "summary": table}
+    test_words = int(users.drop_duplicates("user").test_words.sum())
+    return report.record(c, corpus, tables, wall_time_s, models, test_words=test_words, best_ngram=best)
 
 
 def run(params: Params, speeches=None, log=print):

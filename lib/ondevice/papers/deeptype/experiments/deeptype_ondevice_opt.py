@@ -18,12 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
-from ondevice.device import tflite
+from ondevice.device import parity
+from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype import table2 as t2m
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
-from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tables and figure)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype.table2 import (
     LABEL,
     NAME,
     PAPER,
@@ -32,16 +34,15 @@ from ondevice.papers.deeptype.table2 import (  # noqa: F401  (the notebook's tab
     TABLE2,
     VARIANTS,
     bucketing_table,
-    displayed,
-    log_timing,
     median,
-    plot_table2,
     table2,
     wide,
 )
-from ondevice.papers.deeptype.techniques import bucketing as bk
-from ondevice.papers.deeptype.techniques import svd_compression as svd
+from ondevice.papers.deeptype.techniques import svd_retrain
 from ondevice.report import claims, record
+from ondevice.report.conclusion import Conclusion
+from ondevice.tasks import typing_protocol
+from ondevice.training import bucketing as bk
 from ondevice.training.trainer import StepTimer
 
 SMOKE = dict(max_test_users=2, max_personal_samples=640, seeds=1, tflite_variants=("combined",), bootstrap=500)
@@ -54,7 +55,7 @@ _TIMING_COLUMNS.update({"users improved": "users faster (epoch time)", "users wo
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     max_test_users: int = 0  # the first N test users of the split; 0 = all
     max_personal_samples: int = 0  # the user's first N training samples; 0 = all (smoke: fewer)
     personal_epochs: int = 1
@@ -71,7 +72,7 @@ class Params(common.DeepTypeParams):
     tflite_check_steps: int = 3  # personal steps run both in TF and in the exported TFLite model
     bootstrap: int = 2000
 
-    PRESETS = common.presets({"smoke": SMOKE, "default": DEFAULT, "paper": dict(personal_epochs=5)})
+    PRESETS = typing_protocol.presets({"smoke": SMOKE, "default": DEFAULT, "paper": dict(personal_epochs=5)})
 
     def check(self) -> None:
         super().check()
@@ -114,9 +115,9 @@ def first_samples(samples: Samples, n: int) -> Samples:
     return Samples(s.inputs[:end], s.labels[:end], s.offsets[: n + 1], s.n_context[:n], s.word_len[:n], s.target[:n])
 
 
-def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd.Compressed:
+def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd_retrain.Compressed:
     """SVD layer compression of every seed's global model, then re-training on the crowd (Sec. 5.1)."""
-    return svd.compress_globals(models, params, corpus, log)
+    return svd_retrain.compress_globals(models, params, corpus, log)
 
 
 def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
@@ -129,7 +130,7 @@ def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataF
 class Personal:
     """Builds, trains and scores the personal model of one (seed, user, variant)."""
 
-    def __init__(self, params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed):
+    def __init__(self, params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed):
         self.params, self.corpus, self.models, self.compressed = params, corpus, models, compressed
         self.task, self._trainers = common.task(params), {}
 
@@ -157,13 +158,15 @@ class Personal:
         row.update(test_samples=len(test), top_k_eff=scores["top_k_eff"], perplexity=scores["perplexity"])
         row.update(test_oov_or_unseen_rate=float(np.mean(test.target == 1)))
         row.update(output_words=int(vmap.size if vmap else self.corpus.vocab.size), parameters=card["parameters"])
-        row.update(size_mb=card["size_mb"], trained_parameters=int(sum(np.prod(v.shape) for v in trainer.variables)))
+        row.update(
+            size_mb=card["size_mb"], trained_parameters=int(sum(np.prod(v.shape) for v in trainer.variables_to_train))
+        )
         padding = bk.padding_stats(VARIANTS[variant].batch_list(self.task, train, self.params, rng()))
         row.update(steps=steps, **padding, final_loss=history[-1]["loss"], steady_step_seconds=steady)
         return row | {"epoch_time_seconds": steady * steps, "epoch_wall_seconds": history[0]["seconds"]}
 
 
-def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed, log=print):
+def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
     """Every seed, every chosen test user, every variant back to back (so timing is comparable)."""
     personal, users, rows = Personal(params, corpus, models, compressed), params.chosen_users(corpus), []
     for seed in params.seed_list:
@@ -175,8 +178,8 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed
     return rows
 
 
-def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd.Compressed, log=print):
-    """`tflite.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
+def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
+    """`parity.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
     from their own stream, so no result changes."""
     if not params.tflite_check_steps or not params.tflite_variants:
         return None, {}
@@ -188,7 +191,7 @@ def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: 
         batches = spec.batch_list(personal.task, train, params, rng)[: params.tflite_check_steps]
         args = (personal.task, params.personal_learning_rate, batches, params.personal_optimizer, spec.hooks(params))
         clip = params.personal_clip_norm
-        table, files[f"deeptype_{variant}_trainable.tflite"] = tflite.parity_table(model, *args, log, variant, clip)
+        table, files[f"deeptype_{variant}_trainable.tflite"] = parity.parity_table(model, *args, log, variant, clip)
         tables.append(table.assign(variant=variant))
     table = pd.concat(tables, ignore_index=True)
     return table[["variant", *table.columns[:-1]]], files
@@ -204,8 +207,9 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     per_seed = {"top-k-eff, personal model (baseline)": base_eff}
     per_seed["top-k-eff change, all combined"] = median(runs, "combined", "top_k_eff") / base_eff - 1
     per_seed |= {f"model size change, {n}": median(runs, v, "size_mb") / base_size - 1 for v, n in SIZE_CLAIMS.items()}
-    headline = {q: claims.headline(list(map(float, v))) for q, v in per_seed.items()}
-    ours = {q: h["value"] for q, h in headline.items()}
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(per_seed)
+    ours = {}
     for v in TABLE2:
         ours[f"top-k-eff, {LABEL[v]}"] = float(median(runs, v, "top_k_eff").mean())
         ours[f"model size (MB), {LABEL[v]}"] = float(median(runs, v, "size_mb").mean())
@@ -218,14 +222,13 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     causes = t2m.causes(runs, t2m.softmax_share(models.model), compressed, sweep, compressed.rank)
     why = t2m.diagnoses(causes, compressed.rank, params.hidden_units)
     ours[t2m.USED_WORDS] = float(np.median(runs[runs.variant == "vocab"].output_words))
-    effects = claims.effects_table(PAPER, measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.effects(measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.paper_vs_ours(ours)
     timing = {f"{LABEL[v]} trains faster": (epoch("baseline"), epoch(v)) for v in TABLE2[1:]}
     timing_effects = claims.effects_table(PAPER_TIME, timing, rng("bootstrap/time"), n_boot=params.bootstrap)
     tables = dict(data=corpus.table(), runs=runs, table2=t2, bucketing=bucketing_table(runs))
     tables.update(training=pd.concat([models.history(), compressed.history()]), global_model_cache=models.cache())
-    tables.update(svd_model_cache=compressed.cache(), headline=claims.headline_table(headline))
-    tables.update(svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
-    tables.update(paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=effects)
+    tables.update(svd_model_cache=compressed.cache(), svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
     tables["timing_effects"] = timing_effects.rename(columns=_TIMING_COLUMNS)
     if on_device_table is not None:
         tables["on_device"] = on_device_table
@@ -235,9 +238,7 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     notes["time_ratio_to_baseline (volatile)"] = dict(zip(t2.variant, t2.time_ratio_to_baseline))
     notes["svd_models_from_cache"] = {s: e.hit for s, e in compressed.entries.items()}
     data, artifacts = [corpus.manifest.summary()], {"split.json": corpus.split.to_dict()}
-    result = record.Result(NAME, params.to_dict(), tables, data, corpus.manifest.stand_in_for, wall_time_s, notes=notes)
-    result.models, result.headline, result.artifacts = dict(files), headline, artifacts
-    return result
+    return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, files, artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:

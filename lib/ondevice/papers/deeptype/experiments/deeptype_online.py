@@ -21,13 +21,15 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import chars_needed, top_k_eff
 from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.params import presets
 from ondevice.report import claims, facts
-from ondevice.tasks import inference
+from ondevice.report.conclusion import Conclusion, diagnosed, effect_row, wide
+from ondevice.tasks import inference, typing_protocol
 from ondevice.tasks.next_word import position_scores
 
 NAME = "deeptype_online"
@@ -40,7 +42,7 @@ PART_EFFECTS = facts.load("deeptype")[NAME]["part_effects"]
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     online_batch_size: int = 16  # the paper trains once 16 samples are buffered
     online_training: str = "fine_tune"  # fine_tune: softmax only, reusing inference (the paper's online path) | full
     last_fraction: float = 0.1  # the stream's last part (the paper: last 10K of 100K samples)
@@ -51,7 +53,7 @@ class Params(common.DeepTypeParams):
     also_learning_rate: float = 3e-4
 
     # The model fields are the shared presets', so the global models are the other notebooks' cache entries.
-    PRESETS = presets(common.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
+    PRESETS = presets(typing_protocol.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()
@@ -149,22 +151,22 @@ def emulate(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> 
 
 
 def _wide(users: pd.DataFrame, condition: str, part: str) -> np.ndarray:
-    return report.wide(users[users.condition == condition], f"top_k_eff_{part}")
+    return wide(users, f"top_k_eff_{part}", condition=condition)
 
 
 def _judge(params: Params, users: pd.DataFrame, condition: str, part: str, first: dict) -> dict:
     """`condition` against the global model on one part: paired bootstrap over users."""
     better, worse = _wide(users, condition, part), _wide(users, "global", part)
-    return report.effect(better, worse, streams.rng(params.seed, f"bootstrap/{part}"), params.bootstrap, first)
+    return effect_row(first, better, worse, streams.rng(params.seed, f"bootstrap/{part}"), params.bootstrap)
 
 
 def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
     """Online vs global per part of the stream: paired bootstrap over users, the paper's change beside
     ours; a row the audit rule flags quotes the same effect with the validation users' choice."""
-    paper, rows, also = report.paper_values(PAPER), [], ALSO in set(users.condition)
+    paper, rows, also = {n.quantity: n.value for n in PAPER.numbers}, [], ALSO in set(users.condition)
     for e in PART_EFFECTS:
         first = {"effect": e["claim"], "paper change": paper[e["paper"]]}
-        row, text = _judge(params, users, "online", e["part"], first), ""
+        row, why = _judge(params, users, "online", e["part"], first), None
         flagged = claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) == "unexplained"
         if flagged and also:
             r, choice = (
@@ -172,8 +174,8 @@ def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
                 f"{params.also_optimizer} {params.also_learning_rate:g}",
             )
             text = f"with the validation users' choice ({choice}) online training changes {r['our change']:+.1%} "
-            text += f"[{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
-        rows.append(row | {"diagnosis": text, "section": SECTION if text else ""})
+            why = claims.Diagnosis(text + f"[{r['ci low']:+.1%}, {r['ci high']:+.1%}]", SECTION, claims.Kind.OPEN)
+        rows.append(diagnosed(row, why))
     return pd.DataFrame(rows)
 
 
@@ -191,31 +193,17 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, users, curve:
     """Tables, headline numbers per seed, the paper's numbers beside ours, and the verdicts."""
     med = users.groupby(["seed", "condition"])[[f"top_k_eff_{p}" for p in PARTS]].median()
     g, o = med.xs("global", level="condition"), med.xs("online", level="condition")
-    per_seed = {
-        "top-k-eff, without online training": g.top_k_eff_stream,
-        "top-k-eff, online training": o.top_k_eff_stream,
-    }
-    per_seed |= {f"relative gain, {name}": o[f"top_k_eff_{p}"] / g[f"top_k_eff_{p}"] - 1 for p, name in PARTS.items()}
-    headline = report.headlines({q: v.tolist() for q, v in per_seed.items()})
-    tables = {
-        "users": users,
-        "per_user": per_user(users),
-        "summary": med.reset_index(),
-        "curve": curve,
-        "effects": effects(params, users),
-    }
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(
+        {"top-k-eff, without online training": g.top_k_eff_stream, "top-k-eff, online training": o.top_k_eff_stream}
+    )
+    c.headlines({f"relative gain, {name}": o[f"top_k_eff_{p}"] / g[f"top_k_eff_{p}"] - 1 for p, name in PARTS.items()})
+    c.effect_rows(effects(params, users))
+    c.paper_vs_ours()
+    tables = {"users": users, "per_user": per_user(users), "summary": med.reset_index(), "curve": curve}
     words = int(users[users.seed == users.seed.min()].drop_duplicates("user").stream_words.sum())
-    return report.result(
-        NAME,
-        params,
-        corpus,
-        tables,
-        headline,
-        wall_time_s,
-        PAPER,
-        models,
-        stream_words=words,
-        online_training=params.online_training,
+    return report.record(
+        c, corpus, tables, wall_time_s, models, stream_words=words, online_training=params.online_training
     )
 
 

@@ -5,7 +5,7 @@ Online training buffers 16 samples the user typed and trains on them. Without re
 is a fine-tune step: a forward pass through the embedding and both LSTM layers, then the softmax's
 gradient. With reuse the keyboard kept, from the inference it ran anyway while the user typed,
 the last LSTM layer's output at every position, and updates only the softmax from that cache
-(`techniques/inference_reuse.py`). We time one batch of 16 at each length, both ways, in
+(`training/inference_reuse.py`). We time one batch of 16 at each length, both ways, in
 TensorFlow and through the exported TFLite file, from the first seed's cached global model, and
 check that both ways give the same update.
 
@@ -23,13 +23,15 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.device import tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
-from ondevice.papers.deeptype.export import online_batches
-from ondevice.papers.deeptype.techniques import inference_reuse
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion
+from ondevice.tasks import typing_protocol
+from ondevice.training import inference_reuse
 
 NAME = "deeptype_online_latency"
 PAPER = facts.paper(NAME)
@@ -41,7 +43,7 @@ SECTION = "Which reading of the two steps"
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     online_batch_size: int = 16  # the paper buffers 16 samples
     lengths: tuple[int, ...] = tuple(range(2, 31, 2))
     repeats: int = 15  # timed batches per (runtime, length, way); the median is reported
@@ -53,7 +55,7 @@ class Params(common.DeepTypeParams):
     device_profile: str = ""  # a runner log (tools/ondevice_runner.py): extrapolate to that device
     bootstrap: int = 2000
 
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {"smoke": dict(lengths=(2, 10, 20, 30), repeats=5, warmup=2, parity_steps=3, bootstrap=500)}
     )
 
@@ -75,7 +77,7 @@ def _online(params: Params, models: GlobalModels):
 
 
 def _user_batches(params: Params, corpus: Corpus, user: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    return online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
+    return protocol.online_batches(corpus.personal(user, params.personal_train_fraction)[0], params.online_batch_size)
 
 
 def _max_diff(a, b) -> float:
@@ -91,16 +93,18 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     batches = _user_batches(params, corpus, corpus.split.test[0])[: params.parity_steps]
     x, y = batches[0]
     online.reset(start)
-    online.step_without_reuse(x, y)
+    online.train(x, y)
     plain = online.head_weights()
     online.reset(start)
     online.train_from_cache(online.infer_and_cache(x)["features"], y)
     weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
     online.reset(start)
     training = (params.personal_learning_rate, params.personal_optimizer)
-    module = inference_reuse.ReuseTrainableModel(model, task, *training, clip_norm=params.personal_clip_norm)
-    flatbuffer = tflite.convert(module, inference_reuse.REUSE_SIGNATURES)
-    tf_losses = [float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)) for bx, by in batches]
+    module = inference_reuse.OnlineTrainer(model, task, *training, clip_norm=params.personal_clip_norm)
+    flatbuffer = tflite.convert(module, tflite.REUSE_SIGNATURES)
+    tf_losses = [
+        float(online.train_from_cache(online.infer_and_cache(bx)["features"], by)["loss"]) for bx, by in batches
+    ]
     online.reset(start)
     a, b, c = (tflite.interpreter(flatbuffer).get_signature_runner for _ in range(3))
     a("train")(tokens=x, labels=y)
@@ -134,8 +138,8 @@ def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: by
     _, start, _, online = _online(params, models)
     runtimes = {
         "TensorFlow": lambda x, y, f: {
-            "without reuse": lambda: float(online.step_without_reuse(x, y)),
-            "with reuse": lambda: float(online.train_from_cache(f, y)),
+            "without reuse": lambda: float(online.train(x, y)["loss"]),
+            "with reuse": lambda: float(online.train_from_cache(f, y)["loss"]),
             "inference (cached)": lambda: online.infer_and_cache(x)["logits"].numpy(),
         }
     }
@@ -175,7 +179,7 @@ def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: by
 def work_per_user(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
     """Analytic FLOPs of one online update, averaged over each test user's real online batches
     (their typing in order, 16 samples a batch), without and with reuse. Deterministic."""
-    config, flops, rows = common.model_config(params, corpus), inference_reuse.flops_per_update, []
+    config, flops, rows = typing_protocol.model_config(params, corpus), inference_reuse.flops_per_update, []
     for seed in params.seed_list:
         for user in corpus.split.test:
             lengths = [x.shape[1] for x, _ in _user_batches(params, corpus, user)]
@@ -208,35 +212,37 @@ def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
 
 
 def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table, work, flatbuffer, wall_time_s):
-    config, longest = common.model_config(params, corpus), max(params.lengths)
-    headline = {}
+    config, longest = typing_protocol.model_config(params, corpus), max(params.lengths)
+    c = Conclusion(NAME, params, PAPER)
     for runtime in table.runtime.unique():  # timing does not depend on the weights: one value stands for every seed
         g = table[(table.runtime == runtime) & (table.length == longest)].set_index("way").median_seconds
-        headline[f"latency without / with reuse at length {longest}, {runtime}"] = claims.headline(
-            [float(g["without reuse"] / g["with reuse"])]
+        c.headlines(
+            {f"latency without / with reuse at length {longest}, {runtime}": [g["without reuse"] / g["with reuse"]]}
         )
-    headline["max |weight difference|, reuse vs fine-tune step"] = claims.headline([float(checks.value.iloc[0])], 1e-6)
+    c.headlines(
+        {"max |weight difference|, reuse vs fine-tune step": [checks.value.iloc[0]]},
+        {"max |weight difference|, reuse vs fine-tune step": 1e-6},
+    )
     flops = lambda n, reuse: inference_reuse.flops_per_update(config, params.online_batch_size, n, reuse)  # noqa: E731
     values = (flops(REF_LENGTH, False) / flops(REF_LENGTH, True), 1.0, flops(30, False) / flops(2, False))
-    ours = {n.quantity: v for n, v in zip(PAPER.numbers, values)}
     wide = work.pivot(index="seed", columns="user")
     measured = {PAPER.effects[0].claim: (wide.mflops_without_reuse.to_numpy(), wide.mflops_with_reuse.to_numpy())}
     readings = pd.Series(inference_reuse.cost_readings(config, params.online_batch_size, REF_LENGTH), name="ratio")
     paper = PAPER.numbers[0].value  # without / with reuse; FLOPs only, as measured latency varies from run to run
-    where = "above every reading" if readings.max() < paper else "within their range"
+    within = readings.min() <= paper <= readings.max()  # then the paper's reading of the two steps explains it
     span = f"{readings.min():.2f} (ours) to {readings.max():.2f} (full back-propagation without reuse)"
-    note = claims.Diagnosis(f"FLOP ratio at length {REF_LENGTH}: {span}; the paper's {paper:g}x is {where}", SECTION)
-    rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(
-        PAPER, measured, rng, n_boot=params.bootstrap, diagnoses={PAPER.effects[0].claim: note}
-    )
+    text = f"FLOP ratio at length {REF_LENGTH}: {span}; the paper's {paper:g}x is "
+    text += "within their range" if within else "above every reading"
+    kind = claims.Kind.READ_TWO_WAYS if within else claims.Kind.OPEN
+    why = {PAPER.effects[0].claim: claims.Diagnosis(text, SECTION, kind)}
+    c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.paper_vs_ours({n.quantity: v for n, v in zip(PAPER.numbers, values)})
     # the headline holds timing ratios: its columns are named so, and left out of exact comparisons
-    head = claims.headline_table(headline).rename(
-        columns=lambda c: c if c in ("name", "seeds") else f"{c} (time ratio or check)"
+    c.tables["headline"] = claims.headline_table(c.headline).rename(
+        columns=lambda col: col if col in ("name", "seeds") else f"{col} (time ratio or check)"
     )
     tables = dict(data=corpus.table(), latency=table, latency_vs_paper=latency_vs_paper(table, params))
-    tables.update(correctness=checks, work_per_user=work, global_model_cache=models.cache(), headline=head)
-    tables.update(paper_vs_ours=claims.paper_vs_ours(PAPER, ours), effects=effects)
+    tables.update(correctness=checks, work_per_user=work, global_model_cache=models.cache())
     tables["cost_readings"] = readings.rename_axis("reading").reset_index()
     extrapolated = device_extrapolation(params, work)
     if extrapolated is not None:
@@ -248,18 +254,14 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table
     notes.update(
         flex_ops=tflite_reuse.flex_ops(flatbuffer) if flatbuffer else [], device_profile=params.device_profile or None
     )
-    models_ = {"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {}
-    return record.Result(
-        NAME,
-        params.to_dict(),
+    return c.result(
         tables,
         [corpus.manifest.summary()],
         corpus.manifest.stand_in_for,
         wall_time_s,
-        notes=notes,
-        models=models_,
-        headline=headline,
+        models={"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {},
         artifacts={"split.json": corpus.split.to_dict()},
+        **notes,
     )
 
 

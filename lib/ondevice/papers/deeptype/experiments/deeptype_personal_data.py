@@ -18,14 +18,17 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, build_samples
 from ondevice.metrics import top_k_eff
 from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.report.conclusion import Conclusion, effect_row, wide
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_personal_data"
 GLOBAL = "G-M"
@@ -43,7 +46,7 @@ QUANTITIES = {
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     data_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)  # of each user's personal training part
     dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
@@ -55,7 +58,7 @@ class Params(common.DeepTypeParams):
 
     # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes
     PRESETS = presets(
-        common.PRESETS,
+        typing_protocol.PRESETS,
         {"smoke": dict(seeds=2, personal_epochs=1), "default": dict(seeds=1, personal_epochs=1)},
     )
 
@@ -185,11 +188,8 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     return rows
 
 
-users_table = report.rows_table
-
-
 def _wide(users: pd.DataFrame, name: str) -> np.ndarray:
-    return report.wide(users[users.condition == name])
+    return wide(users, "top_k_eff", condition=name)
 
 
 def contrasts(params: Params, users: pd.DataFrame) -> pd.DataFrame:
@@ -201,8 +201,7 @@ def contrasts(params: Params, users: pd.DataFrame) -> pd.DataFrame:
     pairs += [(condition(f, True), condition(f, False)) for f in fr]
     pairs += [(condition(f, d), GLOBAL) for f in fr for d in (True, False)]
     rows = [
-        report.effect(_wide(users, b), _wide(users, w), rng, params.bootstrap, {"better": b, "worse": w})
-        for b, w in pairs
+        effect_row({"better": b, "worse": w}, _wide(users, b), _wide(users, w), rng, params.bootstrap) for b, w in pairs
     ]
     return pd.DataFrame(rows).drop(columns=["users", "seeds", "level"])
 
@@ -234,15 +233,16 @@ def also_diagnoses(params: Params, users: pd.DataFrame) -> dict[str, claims.Diag
         better, worse = named(e.better), named(e.worse)
         if {better, worse} <= have and ALSO in better + worse:
             rng = streams.rng(params.seed, f"bootstrap/also/{e.claim}")
-            r = report.effect(_wide(users, better), _wide(users, worse), rng, params.bootstrap, {})
+            r = effect_row({}, _wide(users, better), _wide(users, worse), rng, params.bootstrap)
             line = f"{r['our change']:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"
-            out[e.claim] = claims.Diagnosis(f"with the validation users' choice ({choice}): {line}", SECTION)
+            text = f"with the validation users' choice ({choice}): {line}"
+            out[e.claim] = claims.Diagnosis(text, SECTION, claims.Kind.OPEN)  # our choice of setting, so ours
     return out
 
 
 def reach_diagnoses(params: Params, reach: pd.DataFrame) -> dict[str, claims.Diagnosis]:
     """The dynamic vocabulary's effect beside what it can reach (`vocabulary_reach`, no model):
-    only the test words it brings into the vocabulary get new suggestions."""
+    only the test words it brings into the vocabulary get new suggestions, which the users' data sets."""
     out = {}
     for e in PAPER.effects:
         if "dynamic vocabulary" in e.claim:
@@ -250,7 +250,7 @@ def reach_diagnoses(params: Params, reach: pd.DataFrame) -> dict[str, claims.Dia
             before, after = r.test_oov_global_vocab, r.test_oov_user_vocab
             line = f"the swap adds a median {r.added_words_median:g} words per user, bringing {before - after:.1%} of "
             line += f"test words into the vocabulary (out of it: {before:.1%} -> {after:.1%}): few words to gain on"
-            out[e.claim] = claims.Diagnosis(line, "The dynamic vocabulary of one user")
+            out[e.claim] = claims.Diagnosis(line, "The dynamic vocabulary of one user", claims.Kind.DATA)
     return out
 
 
@@ -262,26 +262,21 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, reach, rows: 
     medians = summary.pivot(index="seed", columns="condition", values="top_k_eff_median")
     per_seed = {q: np.array(medians[c].tolist()) for q, c in QUANTITIES.items()}
     per_seed |= {f"relative change: {e.claim}": per_seed[e.better] / per_seed[e.worse] - 1 for e in PAPER.effects}
-    headline = report.headlines({q: v.tolist() for q, v in per_seed.items()})
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(per_seed)
     measured = {e.claim: (_wide(users, QUANTITIES[e.better]), _wide(users, QUANTITIES[e.worse])) for e in PAPER.effects}
-    rng = streams.rng(params.seed, "bootstrap")
-    effects = claims.effects_table(
-        PAPER,
-        measured,
-        rng,
-        n_boot=params.bootstrap,
-        diagnoses=reach_diagnoses(params, reach) | also_diagnoses(params, users),
-    )
+    why = reach_diagnoses(params, reach) | also_diagnoses(params, users)
+    c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
+    c.paper_vs_ours()
     tables = {
         "users": users,
         "summary": summary,
         "vocabulary_reach": reach,
         "contrasts": contrasts(params, users),
         "training": models.history(),
-        "effects": effects,
     }
     test_words = int(users[users.condition == GLOBAL].groupby("seed").test_words.sum().iloc[0])
-    return report.result(NAME, params, corpus, tables, headline, wall_time_s, PAPER, models, test_words=test_words)
+    return report.record(c, corpus, tables, wall_time_s, models, test_words=test_words)
 
 
 def run(params: Params, speeches=None, log=print):

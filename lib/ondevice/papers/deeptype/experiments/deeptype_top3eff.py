@@ -1,13 +1,14 @@
-"""DeepType D3 (Table 1) and D5 (Fig. 8): global models from near and far corpora (the clean crowd
-of the same corpus, the paper's "private corpora" row; the King James Bible, its BBC row; none), with
-and without on-device personalization (`protocol`: a test user's earlier 70%, tested on the later
-30%), a tuned variant (a labelled deviation), the control, the gain per group of users and the
-`sensitivity` table. Stages: `load_corpora`, `train_globals`, `select_personal`, `personalize`,
-`control`, `sensitivity.run`, `on_device`, `conclude`; `run` calls them all."""
+"""DeepType D3 (Table 1) and D5 (Fig. 8): global models from the clean crowd of the same corpus (the
+paper's "private corpora"), the King James Bible (its BBC row) or none, with and without on-device
+personalization (`protocol`; `step_size`), a tuned deviation, the control (`more_training`), the gain
+per group of users, the `sensitivity` table and the planted-signal control (`planted`). Stages:
+`load_corpora`, `train_globals`, `select_personal`, `step_size.select`, `personalize`, `control`,
+`sensitivity.run`, `planted_control`, `on_device`, `conclude`; `run` calls them all."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import time
@@ -17,19 +18,23 @@ import numpy as np
 import pandas as pd
 
 from ondevice import engine, streams
-from ondevice.device import tflite
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.device import parity
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import common, protocol, report, sensitivity
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype import common, more_training, planted, protocol, report, sensitivity, step_size
+from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
 from ondevice.params import presets
 from ondevice.report import claims, facts
+from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_top3eff"
 G_CROWD, P_CROWD, CONTROL = "crowd global", "crowd global + personal", "crowd global + more crowd training"
 G_FAR, P_FAR, P_ONLY = "far global", "far global + personal", "no global + personal"
 P_TUNED = "crowd global + personal, tuned (deviation)"
+P_OTHER = "crowd global + personal, other step-size reading"  # sensitivity only, not a Table 1 row
 CONDITIONS = (G_CROWD, P_CROWD, CONTROL, G_FAR, P_FAR, P_ONLY, P_TUNED)
+GLOBALS = ((G_CROWD, "crowd"), (G_FAR, "far"))  # each global model's condition and corpus
 PAPER = facts.paper(NAME)  # our crowd is the paper's "private corpora" row; the Bible its far BBC row
 PAPER_GROUPS = facts.paper(NAME, "groups")  # D5 (Fig. 8): users grouped by their amount of text
 TABLE1 = facts.load("deeptype")[NAME]["table1"]  # condition -> (global model from, personalization)
@@ -38,33 +43,40 @@ ROW = "seed user play role condition train_words test_words test_oov_rate top_k_
 TRAINING = {"steps": 0, "steps_run": 0, "kept_epoch": math.nan, "personal_train_seconds": 0.0}
 TRAINING |= {"seen_row_shift": math.nan, "unseen_row_shift": math.nan}
 OWN_PRESETS = {
-    "smoke": dict(personal_epochs=1, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3),
+    "smoke": dict(personal_epochs=2, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3)
+    | dict(planted_doses=(0.0, 0.5, 1.0)),
     "default": dict(seeds=1, sgd_lr_grid=(0.03, 0.1, 0.3, 1.0), adam_lr_grid=(3e-5, 1e-4, 3e-4, 1e-3)),
     "paper": dict(seeds=3),
 }
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams):
     sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
     adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     tuned_row: bool = True  # also run the validation users' choice on the test users
     far_words_as_crowd: bool = True  # Bible cut to the crowd's words (Sec. 6.1.1: ~10M samples each "for fairness")
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
+    # the planted-signal control (`planted`) and its rule, fixed before running (`planted.verdict`)
+    planted_doses: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)  # shares of a user's lines with its habit
+    planted_dose_star: float = 0.5
+    planted_words: int = 20  # the most frequent words each user swaps for its own
+    step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
 
-    PRESETS = presets(common.PRESETS, OWN_PRESETS)
+    PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
 
     def check(self) -> None:
         super().check()
         grid = bool(self.sgd_lr_grid or self.adam_lr_grid)
-        self.at_least(0, "tflite_check_steps")
+        self.at_least(0, "tflite_check_steps", "step_size_tie")
         self.at_least(1, "personal_epochs")
         for name in ("sgd_lr_grid", "adam_lr_grid"):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
         self.require(self.validation_users >= 1 or not grid, "validation_users", "must be at least 1 with a grid")
+        planted.check(self)
         known = set(self.sensitivity) <= set(sensitivity.SWITCHES)
         self.require(known, "sensitivity", f"must name switches of {sorted(sensitivity.SWITCHES)}")
 
@@ -102,42 +114,44 @@ def _row(seed, user, condition, data, score: dict, **extra) -> dict:
     return {**row, **TRAINING, **trained, "_chars": (test.word_len, score["_chars"])}
 
 
-_personals: dict = {}  # per process: one model and its trainers per (params, architecture)
-
-
+@functools.cache  # per process: one model and its trainers per (params, architecture)
 def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> protocol.Personal:
-    if (params, config) not in _personals:
-        _personals[params, config] = protocol.Personal(params, lstm_lm.build(config))
-    return _personals[params, config]
+    return protocol.Personal(params, lstm_lm.build(config))
 
 
 def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
-    """One (seed, test user) on the engine: each global model as it is and personalised, and a model of
-    the user's data alone; every draw from the user's own streams, so rows do not depend on where it runs."""
-    p, rows, rng = shared["params"], [], lambda stream: streams.rng(seed, f"{stream}/{user}")
-    train = lambda personal, parts, start, q, s: personal.train(parts[::2], start, q, rng(s), held=parts[1])[0]
-    for name, before, after in (("crowd", G_CROWD, P_CROWD), ("far", G_FAR, P_FAR)):
-        personal, start = _personal_for(p, shared["configs"][name]), shared["weights"][name][seed]
-        rows.append(_row(seed, user, before, data[name], personal.score_weights(start, data[name][2])))
-        rows.append(_row(seed, user, after, data[name], train(personal, data[name], start, p, "personal")))
-    crowd, tuned = _personal_for(p, shared["configs"]["crowd"]), shared["tuned"]
-    more = [(P_ONLY, shared["scratch"][seed], p, "personal-only")]
-    more += [(P_TUNED, shared["weights"]["crowd"][seed], protocol.with_config(p, tuned), "personal")] if tuned else []
-    for condition, start, q, stream in more:
-        rows.append(_row(seed, user, condition, data["crowd"], train(crowd, data["crowd"], start, q, stream)))
+    """One (seed, test user) on the engine: each global model as it is and personalised (the chosen
+    step-size reading; the crowd's also the other), and a model of the user's data alone; every draw
+    from the user's own streams, so rows do not depend on where it runs."""
+    p, w, main, tuned = shared["params"], shared["weights"], shared["reading"], shared["tuned"]
+    personal = lambda name: _personal_for(p, shared["configs"][name])
+    rows = [_row(seed, user, g, data[n], personal(n).score_weights(w[n][seed], data[n][2])) for g, n in GLOBALS]
+    runs = [(P_CROWD, "crowd", p, main), (P_FAR, "far", p, main), (P_ONLY, "crowd", p, None)]
+    runs += [(P_OTHER, "crowd", p, step_size.other(main))]
+    runs += [(P_TUNED, "crowd", protocol.with_config(p, tuned), None)] if tuned else []
+    for condition, name, q, reading in runs:
+        scratch = condition == P_ONLY
+        start, stream = (shared["scratch"][seed], "personal-only") if scratch else (w[name][seed], "personal")
+        rates = step_size.schedule(p, reading, shared["kept"][name][seed]) if reading else None
+        (fit, held, test), rng = data[name], streams.rng(seed, f"{stream}/{user}")
+        got = personal(name).train((fit, test), start, q, rng, held=held, schedule=rates)[0]
+        rows.append(_row(seed, user, condition, data[name], got))
     return rows
 
 
-def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, log=print) -> list[dict]:
-    """Every (seed, test user) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable."""
-    p, config = params, common.model_config(params, corpora["crowd"])
+def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
+    """Every (seed, test user) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
+    `reading`: the personal step size (`step_size.select`)."""
+    p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
     shared = {
         "params": p,
         "tuned": tuned if p.tuned_row and tuned not in (None, protocol.config(p)) else None,
-        "configs": {k: common.model_config(p, c) for k, c in corpora.items()},
+        "configs": {k: typing_protocol.model_config(p, c) for k, c in corpora.items()},
         "weights": {k: m.weights for k, m in models.items()},
         "scratch": {s: init(s) for s in p.seed_list},
+        "reading": reading,
+        "kept": {k: {s: step_size.kept_epoch(m, s) for s in p.seed_list} for k, m in models.items()},
     }
     data = lambda user: {k: c.personal_parts(user, p) for k, c in corpora.items()}
     pairs = itertools.product(p.seed_list, corpora["crowd"].split.test)
@@ -149,42 +163,31 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
     return [r for got in results for r in got]
 
 
-def control(params: Params, corpora: dict, models: dict, rows: list[dict], log=print) -> list[dict]:
-    """The paper's control: the crowd global model trained on for as many more steps as personal
-    training, with its optimizer, rate and batch, on crowd text (one continuous run per seed),
-    scored on each user's test part at that user's step count."""
-    p, out, crowd = params, [], corpora["crowd"]
-    personal = protocol.Personal(p, models["crowd"].model)
-    steps = {(r["seed"], r["user"]): r["steps"] for r in rows if r["condition"] == P_CROWD}
-    for seed in p.seed_list:
-        trainer, done = personal.trainer(p), 0
-        trainer.reset(models["crowd"].weights[seed])
-        rng = streams.rng(seed, "control")  # batches without end, each epoch reshuffled
-        batches = (
-            b for _ in itertools.count() for b in personal.task.batches(crowd.crowd_samples, p.personal_batch_size, rng)
-        )
-        for user in sorted(crowd.split.test, key=lambda u: steps[seed, u]):
-            for _ in range(done, steps[seed, user]):  # users by their step count: done only grows
-                trainer.step(*next(batches))
-            done = steps[seed, user]
-            data = crowd.personal_parts(user, p)
-            out.append(_row(seed, user, CONTROL, data, personal.score(trainer.model, data[2]), steps=done))
-        log(f"control, seed {seed}: up to {done} more steps of crowd training")
-    return out
+def control(params: Params, corpora: dict, models: dict, reading: str, log=print) -> list[dict]:
+    """The paper's control (`more_training`): the crowd model trained on for five personal epochs of the median user."""
+    rates = step_size.schedules(params, models["crowd"], reading)
+    return more_training.run(params, corpora["crowd"], models["crowd"], rates, _row, CONTROL, log)
+
+
+def planted_control(params: Params, corpora: dict, models: dict, reading: str, rows: list, log=print) -> dict:
+    """The planted-signal control on the test users (`planted.control`); dose 0 is the main rows."""
+    main = sensitivity.from_rows(report.rows_table(rows), G_CROWD, P_CROWD, "main")
+    rates = step_size.schedules(params, models["crowd"], reading)
+    return planted.control(params, corpora["crowd"], models["crowd"], rates, main, log)
 
 
 def on_device(params: Params, corpora: dict, models: dict, log=print):
     """The first test user's first personal steps in TensorFlow and through the exported trainable
-    TFLite model (`tflite.parity_table`), from the crowd global model; its own random stream."""
+    TFLite model (`parity.parity_table`), from the crowd global model; its own random stream."""
     if not params.tflite_check_steps:
         return None, None
     corpus, task, p, crowd = corpora["crowd"], common.task(params), params, models["crowd"]
     train, _ = corpus.personal(corpus.split.test[0], p.personal_train_fraction)
-    batches = list(task.batches(train, p.personal_batch_size, streams.rng(p.seed, "diagnostics/tflite")))
+    batches = task.batches(train, p.personal_batch_size, streams.rng(p.seed, "diagnostics/tflite"))
+    steps = list(itertools.islice(batches, p.tflite_check_steps))
     crowd.model.set_weights(crowd.weights[p.seed])
-    steps = batches[: p.tflite_check_steps]
     rate, opt, clip = p.personal_learning_rate, p.personal_optimizer, p.personal_clip_norm
-    return tflite.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
+    return parity.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
 
 
 users_table = report.rows_table
@@ -279,9 +282,11 @@ def run(params: Params, speeches=None, log=print):
     corpora = load_corpora(params, speeches, log)
     models = train_globals(params, corpora, log)
     tuned, sel = select_personal(params, corpora, models, log)
-    rows = personalize(params, corpora, models, tuned, log)
-    rows += control(params, corpora, models, rows, log)
-    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log)
+    reading, steps = step_size.select(params, corpora["crowd"], models["crowd"], log)
+    rows = personalize(params, corpora, models, tuned, reading, log)
+    rows += control(params, corpora, models, reading, log)
+    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, reading=reading) | {"step_size": steps}
+    more |= planted_control(params, corpora, models, reading, rows, log)
     table, flatbuffer = on_device(params, corpora, models, log)
     return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
 
@@ -290,8 +295,6 @@ def paper_table(summary: pd.DataFrame, tuned: dict | None) -> pd.DataFrame:
     """Table 1's layout: global corpus x personalization, median top-k-eff (mean over seeds)."""
     med, paper = summary.groupby("condition").top_k_eff_median.mean(), report.paper_values(PAPER)
     shown = [c for c in CONDITIONS if c != P_TUNED or (c in med.index and tuned)]
-    rows = [
-        (g, p.format(**(tuned or {})), med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan))
-        for c, (g, p) in ((c, TABLE1[c]) for c in shown)
-    ]
+    value = lambda c: (*TABLE1[c], med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan))
+    rows = [(g, p.format(**(tuned or {})), ours, theirs) for g, p, ours, theirs in map(value, shown)]
     return pd.DataFrame(rows, columns=["global model from", "personalization", "ours", "paper"])

@@ -21,15 +21,19 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
 from ondevice.device import tflite
 from ondevice.device.energy import study
 from ondevice.device.energy.base import MEASURED, MODELLED, measuring
-from ondevice.device.energy.study import EnergyParams, direction_text, hardware_note, plot_profile, setup  # noqa: F401
+from ondevice.device.energy.study import EnergyParams, setup
 from ondevice.device.energy.workload import step_flops
 from ondevice.papers.deeptype import common, protocol
-from ondevice.papers.deeptype.common import Corpus, GlobalModels, load_corpus  # noqa: F401  (a stage the notebook calls)
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.papers.deeptype.common import GlobalModels
 from ondevice.report import claims, facts, record
+from ondevice.report.conclusion import Conclusion, diagnose
+from ondevice.tasks import typing_protocol
+from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Step
 from ondevice.training.trainer import StepTimer
 
 NAME = "energy_governors"
@@ -40,7 +44,7 @@ BASELINE_GOVERNOR = study.BASELINE_GOVERNOR
 
 
 @dataclass(frozen=True)
-class Params(common.DeepTypeParams, EnergyParams):
+class Params(typing_protocol.DeepTypeParams, EnergyParams):
     energy_users: int = 4  # test users personalised (drawn from the split's test users)
     personal_epochs: int = 1
     personal_holdout_fraction: float = 0.0  # fixed epochs: energy of the same training per governor
@@ -50,7 +54,7 @@ class Params(common.DeepTypeParams, EnergyParams):
     bootstrap: int = 2000
 
     # smoke: modelled meter only, on counted work, so its outputs reproduce bit for bit
-    PRESETS = common.presets(
+    PRESETS = typing_protocol.presets(
         {
             "smoke": dict(
                 energy_users=2, seeds=2, meters=(), modelled_cpu_time="counted", export_tflite=False, bootstrap=500
@@ -139,9 +143,9 @@ def _train(params: Params, trainer, variant, models, env, data, seed, user, gove
     for _ in range(params.personal_epochs):
         for x, _ in task.batches(train, params.personal_batch_size, rng):
             tokens += int(x.size)
-            flops += step_flops(models.model, trainer.variables, int(x.size), models.model.output_shape[-1])
+            flops += step_flops(models.model, trainer.variables_to_train, int(x.size), models.model.output_shape[-1])
     row.update(steps=sum(h["steps"] for h in history), tokens=tokens, gflops=flops / 1e9)
-    row.update(trained_parameters=int(sum(v.shape.num_elements() for v in trainer.variables)))
+    row.update(trained_parameters=int(sum(v.shape.num_elements() for v in trainer.variables_to_train)))
     row.update(steady_step_seconds=steady, train_seconds=seconds, start_time_epoch=start_epoch)
     row.update(stop_time_epoch=stop_epoch, _readings=readings)
     if evaluate:
@@ -163,7 +167,7 @@ def export_models(params: Params, models: GlobalModels) -> dict[str, bytes]:
     for variant, hooks in HOOKS.items():
         models.model.set_weights(models.weights[params.seed])
         training = (params.personal_learning_rate, params.personal_optimizer, hooks, params.personal_clip_norm)
-        module = tflite.TrainableModel(models.model, task, *training)
+        module = Step(models.model, task, *training)
         out[f"deeptype_{variant}_trainable.tflite"] = tflite.convert(module)
     return out
 
@@ -210,31 +214,28 @@ def conclude(params, corpus, models, env, runs, settings, phone, flatbuffers, wa
     per_seed["top-k-eff, global model"] = acc.top_k_eff_global.tolist()
     per_seed["top-k-eff, full training"] = acc.top_k_eff_full.tolist()
     per_seed["top-k-eff, fine-tune"] = acc.top_k_eff_fine_tune.tolist()
-    headline = {q: claims.headline(v) for q, v in per_seed.items()}
-    ours = {q: h["value"] for q, h in headline.items()}
-    ours.update({"energy, un-optimised, default governor": 1.0, "training time, full training": 1.0})
-    numbers = claims.paper_vs_ours(PAPER, ours)
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(per_seed)
+    numbers = c.paper_vs_ours({"energy, un-optimised, default governor": 1.0, "training time, full training": 1.0})
     numbers["ours from"] = [
         "TensorFlow on this machine" if q.startswith("top-k-eff") else env.primary_text() for q in numbers.quantity
     ]
     paired = lambda column: tuple(study.paired(energy, env.primary, "default", v, column) for v in VARIANTS)  # noqa: E731
     measured = {PAPER.effects[0].claim: paired("energy_j"), PAPER.effects[1].claim: paired("seconds")}
-    effects = claims.effects_table(PAPER, measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
     effects.insert(1, "meter", env.primary_text())
     tune = effects.iloc[1]  # fine-tuning alone: the one optimisation we apply, and the paper's matching row
-    effects.loc[0, ["diagnosis", "section"]] = [
+    text = (
         f"ours optimises by fine-tuning alone, the paper's {effects['paper change'][0]:+.0%} combines four "
         f"optimisations; fine-tuning alone changes training time {tune['our change']:+.0%} here, the paper's "
-        f"{tune['paper change']:+.0%} (Table 2)",
-        "Paper vs ours",
-    ]
+        f"{tune['paper change']:+.0%} (Table 2)"
+    )
+    # open: the three optimisations we leave out are ours to add
+    c.effect_rows(diagnose(effects, PAPER.effects[0].claim, claims.Diagnosis(text, "Paper vs ours", claims.Kind.OPEN)))
     runs_ = runs_table(runs).drop(columns=["start_time_epoch", "stop_time_epoch"])
     tables = dict(backends=env.backends_table(), governors=env.governors_table(), cpufreq=env.cpufreq_table())
     tables.update(profile_efficiency=env.efficiency_table(), runs=runs_, windows=study.windows_table(runs))
-    tables.update(
-        energy=energy, summary=summary_table(energy), accuracy=accuracy, headline=claims.headline_table(headline)
-    )
-    tables.update(paper_vs_ours=numbers, effects=effects)
+    tables.update(energy=energy, summary=summary_table(energy), accuracy=accuracy)
     tables["direction_claims"] = study.direction_claims(energy, params, "full", "fine_tune", params.bootstrap)
     external = study.external_windows(params, runs, energy)
     tables.update({k: t for k, t in (("phone", phone), ("external_windows", external)) if t is not None})
@@ -258,10 +259,8 @@ def conclude(params, corpus, models, env, runs, settings, phone, flatbuffers, wa
     }
     notes.update(energy_users=energy_users(params, corpus), seeds=params.seed_list)
     notes.update(global_models_from_cache=models.from_cache, split_digest=corpus.split.digest)
-    data = [corpus.manifest.summary()]
-    result = record.Result(NAME, params.to_dict(), tables, data, corpus.manifest.stand_in_for, wall_time_s, notes=notes)
-    result.models, result.headline, result.artifacts = flatbuffers, headline, {"split.json": corpus.split.to_dict()}
-    return result
+    data, artifacts = [corpus.manifest.summary()], {"split.json": corpus.split.to_dict()}
+    return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, flatbuffers, artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:

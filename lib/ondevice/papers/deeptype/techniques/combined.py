@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ondevice.papers.deeptype.techniques import bucketing as bk
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
+from ondevice.training import bucketing as bk
+from ondevice.training.fine_tune import FineTune
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 import tf_keras as keras
 
 from ondevice.data.typing_samples import PAD_ID, UNK_ID, Samples
-from ondevice.papers.deeptype.techniques.svd_compression import SOFTMAX, replace_softmax
+from ondevice.models.svd_compression import SOFTMAX, replace_softmax
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,14 @@ AUC: ROC AUC per AudioSet class present (positives and negatives among the clips
 over its points. A clip's scores are the mean of its patches' sigmoid scores (YAMNet's clip
 scoring, `audio_model`); training is per patch with the clip's labels, through `protocol`.
 
-Stages (the notebook calls one per section): `load_data`, `pretrained`, `gdm_sweep`, `lf_sweep`,
-`fmc`, `benchmark`, `on_device`, `forgetting_ablation` (why GDM(0) forgets more than in the thesis,
-`forgetting`), `conclude`; `run` calls them all.
+The incremental Adam rate, which the thesis does not give, is chosen among `learning_rates` on
+held-out clips of the user's training set by `rate_choice.RULE` (fixed before any run), and every
+configuration trains the thesis's 10 epochs at it; the forgetting ablation trains GDM(0),
+GDM(alpha) and GDM(alpha)+LF(n) again at the other candidates.
+
+Stages (the notebook calls one per section): `load_data`, `pretrained`, `choose_rate` (whose
+`params` every later stage takes), `gdm_sweep`, `lf_sweep`, `fmc`, `benchmark`, `on_device`,
+`forgetting_ablation` (`forgetting`), `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -30,20 +35,27 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.moil import forgetting, protocol, report
-from ondevice.papers.moil.audio_data import AudioData, AudioParams, classes_table, data_banner, load_data  # noqa: F401
-from ondevice.papers.moil.audio_model import Personalizer, Pretrained, benchmark, pretrained, units_table  # noqa: F401
+from ondevice.papers.moil import forgetting, protocol, rate_choice, report
+from ondevice.papers.moil.audio_data import AudioData, AudioParams, classes_table, data_banner, hold_out, load_data  # noqa: F401
+from ondevice.papers.moil.audio_model import (  # noqa: F401  (stages)
+    HeldOut,
+    Personalizer,
+    Pretrained,
+    benchmark,
+    pretrained,
+    units_table,
+)
 from ondevice.papers.moil.protocol import Run
 from ondevice.papers.moil.report import benchmark_ratios, cache_table, fmc_equality  # noqa: F401  (stages)
 from ondevice.params import presets
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion
 
 NAME = "moil_audio"
 PAPER = facts.paper(NAME)
 PAPER_TIME = {n.quantity: n.value for n in facts.paper(NAME, "time").numbers}  # judged on measured step times
-PANELS = ("(a) global AUC (held-out classes)", "(b) local AUC (user's validation clips)")  # titles of the curves
 OWN_PRESETS = {
-    "smoke": dict(local_classes=3, global_classes=3, alpha=0.5, alphas=(0.0, 0.5), n=2, forgetting_rates=(5e-5,))
+    "smoke": dict(local_classes=3, global_classes=3, alpha=0.5, alphas=(0.0, 0.5), n=2, learning_rates=(5e-4, 5e-5))
     | dict(seeds=2),
     "default": dict(  # local_val_fraction is the thesis's 0.2: 2 of each class's 8-10 clips
         local_classes=20,
@@ -51,9 +63,8 @@ OWN_PRESETS = {
         alpha=0.25,  # 1 of each held-out class's 4-6 pool clips (the thesis's 0.1% of this pool is none)
         alphas=(0.0, 0.25, 1.0),
         ns=(1, 3, 5),
-        epochs=5,  # the thesis's 10 would double the training; at 5e-4 GDM(0) forgets most in epoch 1
         bootstrap=1000,
-        seeds=3,  # every sweep and FMC run three times (the forgetting ablation: the first seed)
+        seeds=3,  # every sweep and FMC run three times (the rate choice and the forgetting ablation: the first seed)
     ),
     "paper": dict(seeds=3),
 }
@@ -65,15 +76,33 @@ class Params(AudioParams):
     alphas: tuple[float, ...] = (0.0, 0.001, 0.01, 0.1)
     n: int = 3  # the thesis: LF(3)
     ns: tuple[int, ...] = (1, 3, 5)
-    epochs: int = 10
-    learning_rate: float = 0.0005  # Adam; the thesis's pre-training rate (it gives none for personalisation)
-    forgetting_rates: tuple[float, ...] = (1.5e-4, 5e-5)  # the forgetting ablation's smaller rates (() skips it)
+    epochs: int = 10  # the thesis (Sec. 5.3.1): "since we found the model converged on the local dataset"
+    # Adam rates for incremental training (the thesis gives none; 5e-4 is its pre-training rate):
+    # `choose_rate` picks one by rate_choice.RULE on held-out training clips, the ablation trains the others
+    learning_rates: tuple[float, ...] = (5e-4, 1.5e-4, 5e-5)
+    learning_rate: float = 0.0005  # the protocol's; `choose_rate` replaces it with the chosen candidate
 
     PRESETS = presets(protocol.SHARED_PRESETS, OWN_PRESETS)
 
     def check(self) -> None:
         super().check()
-        forgetting.check(self)
+        rates = self.learning_rates
+        self.require(
+            len(rates) >= 1 and all(r > 0 for r in rates) and len(set(rates)) == len(rates),
+            "learning_rates",
+            "must be one or more distinct positive Adam rates",
+        )
+        self.require(
+            self.learning_rate in rates, "learning_rate", f"must be one of learning_rates {rates} (the candidates)"
+        )
+
+
+def choose_rate(params: Params, data: AudioData, pre: Pretrained, log=print) -> rate_choice.Choice:
+    """The incremental rate by `rate_choice.RULE`, on `holdout_fraction` of each class's training
+    clips (never the validation clips, the local test set, nor the global evaluation clips)."""
+    fit, held = hold_out(data, params.holdout_fraction, params.seed)
+    clips = {"held-out training clips": len(held), "training clips without them": len(fit.local_train)}
+    return rate_choice.select(params, lambda p: HeldOut(p, fit, pre, held), clips, log)
 
 
 def gdm_sweep(params: Params, data: AudioData, pre: Pretrained, log=print) -> list[Run]:
@@ -93,9 +122,9 @@ def fmc(params: Params, data: AudioData, pre: Pretrained, lf_runs: list[Run], lo
 
 
 def forgetting_ablation(params: Params, data: AudioData, pre: Pretrained, alpha_runs, lf_runs, log=print):
-    """GDM(0), GDM(alpha) and GDM(alpha) + LF(n) at each smaller Adam rate, beside the sweeps' runs."""
-    make, sweeps, local = lambda p: Personalizer(p, data, pre), [*alpha_runs, *lf_runs], float(pre.local_auc.mean())
-    return forgetting.ablate(params, make, sweeps, PAPER, pre.global_auc, local, "moil-audio/bootstrap/forgetting", log)
+    """GDM(0), GDM(alpha) and GDM(alpha) + LF(n) at each other candidate rate, beside the sweeps' runs."""
+    make, sweeps = lambda p: Personalizer(p, data, pre), [*alpha_runs, *lf_runs]
+    return forgetting.ablate(params, make, sweeps, PAPER, pre.global_auc, "moil-audio/bootstrap/forgetting", log)
 
 
 def on_device(params: Params, data: AudioData, pre: Pretrained, log=print):
@@ -133,32 +162,13 @@ def runs_table(runs: list[Run], pre: Pretrained, params: Params) -> pd.DataFrame
     )
 
 
-def conclude(
-    params: Params,
-    data: AudioData,
-    pre: Pretrained,
-    alpha_runs: list[Run],
-    lf_runs: list[Run],
-    cached: list[Run],
-    lf: list[Run],
-    ablation: forgetting.Ablation,
-    bench: pd.DataFrame,
-    on_device_table,
-    flatbuffer,
-    wall_time_s: float,
-) -> record.Result:
-    """Tables, headline numbers over seeds, the thesis's numbers beside ours and three-way verdicts;
-    effects pair AudioSet classes and seeds, (seeds, classes) arrays."""
-    auc = lambda runs, part="global": np.stack([r.scores[part].to_numpy() for r in sorted(runs, key=lambda r: r.seed)])
-    by_alpha = {a: auc([r for r in alpha_runs if r.alpha == a]) for a in params.alphas}
-    g0, ga, lf_auc, fmc_auc = by_alpha[0.0], by_alpha[params.alpha], auc(lf), auc(cached)
-    pre_global = np.stack([pre.global_auc.to_numpy()] * len(params.seed_list))
-    cache = cache_table(cached[0], data)
+def paper_numbers(params: Params, pre: Pretrained, by_alpha: dict, lf_auc, fmc_auc, cache: pd.DataFrame) -> dict:
+    """Our values of the thesis's numbers (means over seeds and classes; the cache sizes per 10 s)."""
     ten = cache[cache.per == "10 s of audio"].set_index("what").bytes
     ours = {
         "global AUC, pre-trained": float(pre.global_auc.mean()),
-        "global AUC, GDM(0)": float(g0.mean()),
-        "global AUC, GDM(alpha)": float(ga.mean()),
+        "global AUC, GDM(0)": float(by_alpha[0.0].mean()),
+        "global AUC, GDM(alpha)": float(by_alpha[params.alpha].mean()),
         "global AUC, GDM(alpha) + LF(n)": float(lf_auc.mean()),
         "global AUC, GDM(alpha) + LF(n) + FMC": float(fmc_auc.mean()),
         "largest global AUC loss over the alpha sweep": float(
@@ -170,20 +180,33 @@ def conclude(
     ours["cache size / raw waveform size"] = (
         ours["cached bytes per 10 s of audio (KB)"] / ours["raw waveform bytes per 10 s of audio (KB)"]
     )
-    numbers = claims.paper_vs_ours(PAPER, ours)
-    numbers.loc[numbers.quantity.str.contains("LF\\(n\\)"), "quantity"] = numbers.quantity.str.replace(
-        "LF(n)", f"LF({params.n})", regex=False
-    )
-    measured = {
-        "GDM(0) loses global AUC (catastrophic forgetting)": (pre_global, g0),
-        "mixing global data keeps more global AUC than GDM(0)": (ga, g0),
-        "LF(n) keeps more global AUC than full training": (lf_auc, ga),
-        "FMC changes no global AUC": (fmc_auc, lf_auc),
-    }
-    rng = streams.rng(params.seed, "moil-audio/bootstrap")
-    effects = claims.effects_table(PAPER, measured, rng, n_boot=params.bootstrap, diagnoses=ablation.diagnoses())
-    effects["effect"] = effects.effect.str.replace("LF(n)", f"LF({params.n})", regex=False)
-    per_seed = {
+    return ours
+
+
+def conclude(
+    params: Params,
+    data: AudioData,
+    pre: Pretrained,
+    choice: rate_choice.Choice,
+    alpha_runs: list[Run],
+    lf_runs: list[Run],
+    cached: list[Run],
+    lf: list[Run],
+    ablation: forgetting.Ablation,
+    bench: pd.DataFrame,
+    on_device_table,
+    flatbuffer,
+    wall_time_s: float,
+) -> record.Result:
+    """Tables, headline numbers over seeds, the thesis's numbers beside ours and three-way verdicts
+    (`Conclusion`); effects pair AudioSet classes and seeds, (seeds, classes) arrays."""
+    auc = lambda runs, part="global": np.stack([r.scores[part].to_numpy() for r in sorted(runs, key=lambda r: r.seed)])
+    by_alpha = {a: auc([r for r in alpha_runs if r.alpha == a]) for a in params.alphas}
+    g0, ga, lf_auc, fmc_auc = by_alpha[0.0], by_alpha[params.alpha], auc(lf), auc(cached)
+    pre_global = np.stack([pre.global_auc.to_numpy()] * len(params.seed_list))
+    cache, named = cache_table(cached[0], data), lambda text: text.replace("LF(n)", f"LF({params.n})")
+    c = Conclusion(NAME, params, PAPER)
+    seeds = {
         "global AUC, pre-trained": pre_global,
         "global AUC, GDM(0)": g0,
         f"global AUC, GDM({params.alpha:g})": ga,
@@ -191,7 +214,17 @@ def conclude(
         f"local AUC, GDM({params.alpha:g}) + LF({params.n})": auc(lf, "local"),
         "local AUC, pre-trained": np.stack([pre.local_auc.to_numpy()] * len(params.seed_list)),
     }
-    headline = {q: claims.headline(list(map(float, v.mean(axis=1)))) for q, v in per_seed.items()}
+    c.headlines({q: list(map(float, v.mean(axis=1))) for q, v in seeds.items()})
+    numbers = c.paper_vs_ours(paper_numbers(params, pre, by_alpha, lf_auc, fmc_auc, cache))
+    numbers["quantity"] = numbers.quantity.map(named)
+    measured = {
+        "GDM(0) loses global AUC (catastrophic forgetting)": (pre_global, g0),
+        "mixing global data keeps more global AUC than GDM(0)": (ga, g0),
+        "LF(n) keeps more global AUC than full training": (lf_auc, ga),
+        "FMC changes no global AUC": (fmc_auc, lf_auc),
+    }
+    effects = c.effects(measured, streams.rng(params.seed, "moil-audio/bootstrap"), n_boot=params.bootstrap)
+    effects["effect"] = effects.effect.map(named)
     timing = report.audio_timing_effects(params, bench, PAPER_TIME)
     runs = [*alpha_runs, *lf_runs, *cached]
     tables = {
@@ -203,9 +236,8 @@ def conclude(
         "cache_size": cache,
         "benchmark": bench.drop(columns="step_seconds"),
         "timing_effects": timing,
-        "headline": claims.headline_table(headline),
-        "paper_vs_ours": numbers,
-        "effects": effects,
+        "rate_choice": choice.table,
+        "rate_history": choice.history,
         "forgetting_effects": ablation.table(params.n, effects),
         "forgetting_history": ablation.history(),
     }
@@ -213,27 +245,21 @@ def conclude(
         tables["tflite_agreement"] = pre.agreement
     if on_device_table is not None:
         tables["on_device"] = on_device_table
-    return record.Result(
-        experiment=NAME,
-        params=params.to_dict(),
-        tables=tables,
-        headline=headline,
+    return c.result(
+        tables,
+        data.data,
+        data.stand_in,
+        wall_time_s,
         models={"yamnet_personal_trainable.tflite": flatbuffer} if flatbuffer else {},
-        data=data.data,
-        stand_in_data=data.stand_in,
-        wall_time_s=wall_time_s,
-        notes={
-            "source": data.source,
-            "weights": pre.source,
-            "local_classes": data.local_categories,
-            "global_classes": data.global_categories,
-            "benchmark_time_ratios": benchmark_ratios(bench, params.n),
-            "timing_effects": timing.to_dict("records"),
-            **data.notes,
-            "tflite_max_loss_difference": None
-            if on_device_table is None
-            else float(on_device_table.abs_difference.max()),
-        },
+        source=data.source,
+        weights=pre.source,
+        local_classes=data.local_categories,
+        global_classes=data.global_categories,
+        learning_rate={"chosen": choice.rate, "rule": rate_choice.RULE, **choice.clips},
+        benchmark_time_ratios=benchmark_ratios(bench, params.n),
+        timing_effects=timing.to_dict("records"),
+        **data.notes,
+        tflite_max_loss_difference=None if on_device_table is None else float(on_device_table.abs_difference.max()),
     )
 
 
@@ -242,6 +268,8 @@ def run(params: Params, log=print) -> record.Result:
     start = time.perf_counter()
     data = load_data(params, log)
     pre = pretrained(params, data, log)
+    choice = choose_rate(params, data, pre, log)
+    params = choice.params
     alpha_runs = gdm_sweep(params, data, pre, log)
     lf_runs = lf_sweep(params, data, pre, log)
     cached, lf = fmc(params, data, pre, lf_runs, log)
@@ -249,31 +277,9 @@ def run(params: Params, log=print) -> record.Result:
     table, flatbuffer = on_device(params, data, pre, log)
     ablation = forgetting_ablation(params, data, pre, alpha_runs, lf_runs, log)
     wall = time.perf_counter() - start
-    return conclude(params, data, pre, alpha_runs, lf_runs, cached, lf, ablation, bench, table, flatbuffer, wall)
-
-
-def plot_overall(params: Params, runs: pd.DataFrame, history: pd.DataFrame, bench: pd.DataFrame):
-    """Fig. 5.4: GDM(alpha), + LF(n), + FMC: AUC per epoch and training time (from the benchmark)."""
-    a, n = params.alpha, params.n
-    names = [f"GDM({a:g})", f"GDM({a:g}) + LF({n})", f"GDM({a:g}) + LF({n}) + FMC"]
-    t = bench.set_index("configuration")["training_time_seconds (epochs x steps x step)"]
-    seconds = t[["full training", f"LF({n}) with forward pass", f"LF({n}) from the cache (FMC)"]].set_axis(names)
-    return _plot(history, names, seconds, "Personalising YAMNet (cf. thesis Fig. 5.4)")
-
-
-def plot_sweep(runs: pd.DataFrame, history: pd.DataFrame, names: list[str], title: str):
-    """Fig. 5.6 / 5.8: one curve per alpha or per n, and each run's training time."""
-    return _plot(history, names, runs.set_index("run").training_time_seconds, title)
-
-
-def _plot(history: pd.DataFrame, names: list[str], seconds: pd.Series, title: str):
-    names = list(dict.fromkeys(names))  # one curve per configuration, mean over seeds
-    return report.plot_runs(history, names, seconds.groupby(level=0).median(), "auc", PANELS, title)
-
-
-def plot_benchmark(bench: pd.DataFrame):
-    """Step time: full training, layer freezing, feature-map caching."""
-    return report.plot_step_times(bench.configuration, bench.steady_step_seconds, "Step time in one run")
+    return conclude(
+        params, data, pre, choice, alpha_runs, lf_runs, cached, lf, ablation, bench, table, flatbuffer, wall
+    )
 
 
 def main(argv=None) -> None:

@@ -32,12 +32,13 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.moil import protocol, report
-from ondevice.papers.moil.image_data import STAND_IN, Data, ImageParams, build, load_data  # noqa: F401  (stages)
-from ondevice.papers.moil.image_model import Personalizer, Pretrained, cache_size, pretrain, timing  # noqa: F401
-from ondevice.papers.moil.protocol import Run, fmc, gdm_sweep, label, lf_sweep  # noqa: F401  (stages)
-from ondevice.papers.moil.report import fmc_vs_lf, plot_speedups, step_times  # noqa: F401  (stages)
+from ondevice.papers.moil.image_data import STAND_IN, Data, ImageParams, load_data
+from ondevice.papers.moil.image_model import Personalizer, Pretrained, cache_size, pretrain, timing
+from ondevice.papers.moil.protocol import Run, fmc, gdm_sweep, label, lf_sweep
+from ondevice.papers.moil.report import fmc_vs_lf, step_times
 from ondevice.params import presets
-from ondevice.report import claims, facts, record
+from ondevice.report import facts, record
+from ondevice.report.conclusion import Conclusion
 
 NAME = "moil_image"
 PAPER = facts.paper(NAME)  # accuracy losses read as percentage points (the thesis does not say)
@@ -170,26 +171,28 @@ def conclude(
     per = lambda run, col: final[final.run == run].sort_values("seed")[col].to_numpy()
     base_global = float(pre.correct["baseline"]["global"].mean())
     pre_global = float(pre.correct["pre-trained"]["global"].mean())
-    per_seed = {
-        "global accuracy loss vs baseline, GDM": base_global - per(g, "global_accuracy"),
-        "global accuracy loss vs baseline, GDM+LF": base_global - per(lf, "global_accuracy"),
-        "local accuracy, GDM+LF": per(lf, "local_accuracy"),
-        "global accuracy drop, GDM(0)": pre_global - per(g0, "global_accuracy"),
-    }
-    headline = {q: claims.headline(list(map(float, v))) for q, v in per_seed.items()}
-    ours = {q: h["value"] for q, h in headline.items()}
-    ours["global accuracy change, FMC vs LF"] = float((per(fc, "global_accuracy") - per(lf, "global_accuracy")).mean())
-    ours["local accuracy change, FMC vs LF"] = float((per(fc, "local_accuracy") - per(lf, "local_accuracy")).mean())
-    ours["cached feature bytes per sample"] = float(size_table["cached bytes per sample"].iloc[0])
-    ours["raw / cached bytes per sample"] = float(size_table["raw / cached"].iloc[0])
-    at_224 = size_table[size_table.input == "224x224x3"]
-    ours["raw / cached bytes per sample at 224x224x3"] = (
-        float(at_224["raw / cached"].iloc[0]) if len(at_224) else float("nan")
+    c = Conclusion(NAME, params, PAPER)
+    c.headlines(
+        {
+            "global accuracy loss vs baseline, GDM": base_global - per(g, "global_accuracy"),
+            "global accuracy loss vs baseline, GDM+LF": base_global - per(lf, "global_accuracy"),
+            "local accuracy, GDM+LF": per(lf, "local_accuracy"),
+            "global accuracy drop, GDM(0)": pre_global - per(g0, "global_accuracy"),
+        }
     )
-    numbers = claims.paper_vs_ours(PAPER, ours)
-    if not len(at_224):
-        numbers = numbers[numbers.quantity != "raw / cached bytes per sample at 224x224x3"]
-    numbers["ours (setting)"] = numbers.quantity.map(_our_setting(params))
+    at_224 = size_table[size_table.input == "224x224x3"]
+    ours = {
+        "global accuracy change, FMC vs LF": float((per(fc, "global_accuracy") - per(lf, "global_accuracy")).mean()),
+        "local accuracy change, FMC vs LF": float((per(fc, "local_accuracy") - per(lf, "local_accuracy")).mean()),
+        "cached feature bytes per sample": float(size_table["cached bytes per sample"].iloc[0]),
+        "raw / cached bytes per sample": float(size_table["raw / cached"].iloc[0]),
+        "raw / cached bytes per sample at 224x224x3": float(at_224["raw / cached"].iloc[0])
+        if len(at_224)
+        else float("nan"),
+    }
+    drop = () if len(at_224) else ("raw / cached bytes per sample at 224x224x3",)
+    c.paper_vs_ours(ours, _our_setting(params), drop)
+    c.effect_rows(effects(params, pre, runs))
     tables = {
         "data": data.table(),
         "pretraining": pre.history(),
@@ -202,33 +205,25 @@ def conclude(
         "timing_effects": report.image_timing_effects(params, runs, time_table, PAPER_TIME),
         "fmc_vs_lf": fmc_vs_lf(runs, params),
         "cache_size": size_table,
-        "headline": claims.headline_table(headline),
-        "paper_vs_ours": numbers,
-        "effects": effects(params, pre, runs),
     }
     if on_device_table is not None:
         tables["on_device"] = on_device_table
     speedup = tables["speedups_time"]
-    return record.Result(
-        experiment=NAME,
-        params=params.to_dict(),
-        tables=tables,
-        headline=headline,
+    return c.result(
+        tables,
+        data.sources,
+        data.stand_in,
+        wall_time_s,
         models={f"moil_mobilenet_v2_lf{params.n}_trainable.tflite": flatbuffer} if flatbuffer else {},
-        data=data.sources,
-        stand_in_data=data.stand_in,
-        wall_time_s=wall_time_s,
-        notes={
-            "seeds": params.seed_list,
-            "pretrained_global_accuracy": pre_global,
-            "baseline_global_accuracy": base_global,
-            "baseline_local_accuracy": float(pre.correct["baseline"]["local"].mean()),
-            "models_from_cache": {k: e.hit for k, e in pre.entries.items()},
-            "speedups (volatile)": dict(zip(speedup["speed-up"], speedup["our time ratio"])),
-            "tflite_max_output_difference": None
-            if on_device_table is None
-            else on_device_table.attrs["max_output_difference"],
-        },
+        seeds=params.seed_list,
+        pretrained_global_accuracy=pre_global,
+        baseline_global_accuracy=base_global,
+        baseline_local_accuracy=float(pre.correct["baseline"]["local"].mean()),
+        models_from_cache={k: e.hit for k, e in pre.entries.items()},
+        **{"speedups (volatile)": dict(zip(speedup["speed-up"], speedup["our time ratio"]))},
+        tflite_max_output_difference=None
+        if on_device_table is None
+        else on_device_table.attrs["max_output_difference"],
     )
 
 

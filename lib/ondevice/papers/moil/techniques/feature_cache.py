@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ondevice.training.trainer import Hook, StepTimer
+from ondevice.training.step import Hook
+from ondevice.training.trainer import StepTimer
 
 
 def build(

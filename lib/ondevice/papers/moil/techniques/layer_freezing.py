@@ -12,11 +12,12 @@ input, as eq. 4.3 and feature-map caching need. Build a fresh model for each con
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import tf_keras as keras
 
-from ondevice.training.trainer import Hook
+from ondevice.training.fine_tune import FineTune
 
 Units = Callable[[keras.Model], list]
 
@@ -37,15 +38,9 @@ def freeze(model: keras.Model, n: int, units: Units) -> list:
     return [layer for unit in found[-n:] for layer in unit]
 
 
-class LayerFreezing(Hook):
-    """Train only the variables of the last n units of the model."""
-
-    def __init__(self, n: int, units: Units):
-        self.n, self.units = n, units
-
-    def trainable(self, model, variables: list) -> list:
-        keep = {id(v) for layer in freeze(model, self.n, self.units) for v in layer.trainable_variables}
-        return [v for v in variables if id(v) in keep]
+def lf_hook(n: int, units: Units) -> FineTune:
+    """LF(n) as a training hook: only the variables of the last n units train (`freeze` marks the rest)."""
+    return FineTune(partial(freeze, n=n, units=units))
 
 
 def split(model: keras.Model, n: int, units: Units) -> tuple[keras.Model, keras.Model]:

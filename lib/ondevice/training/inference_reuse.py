@@ -6,13 +6,13 @@ the last LSTM layer's output at every position (the softmax's input). `infer_and
 the logits *and* those features; once 16 samples are buffered, `train_from_cache` computes the
 masked loss from the cached features and the labels and updates the softmax only, without
 running the embedding and LSTM layers again. It is the same update as a fine-tune step
-(`FineTune` hook in `training.trainer.train_step`) on the same batch, and costs the same at any
+(`FineTune` hook in `training.step.train_step`) on the same batch, and costs the same at any
 sequence length up to the (small) softmax matmul.
 
 The cache is valid only while the weights below the softmax do not change, which fine-tuning
 guarantees, and while no update happened between the inference and the training of the batch
-(the paper's reason why reuse applies to online, not offline, training). `ReuseTrainableModel`
-is the same on the phone: the trainable TFLite export with both signatures added.
+(the paper's reason why reuse applies to online, not offline, training). `OnlineTrainer` is a
+`Step`, so the phone runs the same: `device.tflite.convert(online, REUSE_SIGNATURES)`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from ondevice.device.tflite import SIGNATURES, TrainableModel
-from ondevice.papers.deeptype.techniques.fine_tune import FineTune
 from ondevice.tasks import Task
-from ondevice.training.trainer import make_optimizer, train_step, trainable_variables
+from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Step
 
 HEAD = "softmax"
-REUSE_SIGNATURES = SIGNATURES + ("infer_and_cache", "train_from_cache")
 
 
 def split(model: keras.Model, head: str = HEAD) -> tuple[keras.Model, keras.layers.Layer]:
@@ -59,74 +57,34 @@ def train_from_cache(head, task: Task, optimizer, variables, features, labels):
     return loss
 
 
-class OnlineTrainer:
-    """Online (fine-tune) training of one model in TensorFlow, with and without reuse.
+class OnlineTrainer(Step):
+    """Online (fine-tune) training of one model, with and without reuse, in TensorFlow and (converted
+    with `device.tflite.REUSE_SIGNATURES`) on the phone.
 
-    `step_without_reuse` is the fine-tune train step (a forward pass through every layer, gradients
-    of the softmax only); `infer_and_cache` + `train_from_cache` is the reuse path. Both update the
-    same softmax variables with the same optimizer; `reset` starts again from given weights.
+    `train` is the fine-tune step (a forward pass through every layer, gradients of the head only);
+    `infer_and_cache` + `train_from_cache` is the reuse path. Both update the same head variables
+    with the same optimizer, so a keyboard may mix them. Arguments: `Step`'s but the hooks (the
+    fine-tune hook on `head`).
     """
 
-    def __init__(
-        self,
-        model: keras.Model,
-        task: Task,
-        learning_rate: float,
-        optimizer: str = "adam",
-        head: str = HEAD,
-        clip_norm=0.0,
-    ):
-        self.model, self.task = model, task
-        self.hooks = [FineTune(head)]
-        self.variables = trainable_variables(model, self.hooks)
-        self.optimizer = make_optimizer(optimizer, learning_rate, clip_norm)
-        self.optimizer.build(self.variables)
-        self.features_model, self.head = split(model, head)
-        sig = task.signature
-        self.step_without_reuse = tf.function(
-            lambda x, y: train_step(model, task, self.optimizer, self.variables, self.hooks, x, y),
-            input_signature=[sig.inputs, sig.labels],
-        )
-        self.infer_and_cache = tf.function(
-            lambda x: infer_and_cache(self.features_model, self.head, x), input_signature=[sig.inputs]
-        )
+    def __init__(self, *args, head: str = HEAD, **kwargs):
+        super().__init__(*args, hooks=[FineTune(head)], **kwargs)
+        self.features_model, self.head = split(self.model, head)
+        sig = self.task.signature
+        self.infer_and_cache = tf.function(self._infer_and_cache, input_signature=[sig.inputs])
         self.train_from_cache = tf.function(
-            lambda f, y: train_from_cache(self.head, task, self.optimizer, self.variables, f, y),
-            input_signature=[features_spec(model, head), sig.labels],
+            self._train_from_cache, input_signature=[features_spec(self.model, head), sig.labels]
         )
 
-    def reset(self, weights: list[np.ndarray]) -> None:
-        self.model.set_weights(weights)
-        for v in self.optimizer.variables:
-            v.assign(tf.zeros_like(v))
+    def _infer_and_cache(self, inputs):
+        return infer_and_cache(self.features_model, self.head, inputs)
+
+    def _train_from_cache(self, features, labels):
+        variables = self.variables_to_train
+        return {"loss": train_from_cache(self.head, self.task, self.optimizer, variables, features, labels)}
 
     def head_weights(self) -> list[np.ndarray]:
-        return [v.numpy() for v in self.variables]
-
-
-class ReuseTrainableModel(TrainableModel):
-    """The fine-tune export (only `head` trains) with `infer_and_cache` and `train_from_cache`; its
-    `train` is the fine-tune step, and both update the same variables, so a keyboard may mix them."""
-
-    def __init__(
-        self,
-        model: keras.Model,
-        task: Task,
-        learning_rate: float,
-        optimizer: str = "adam",
-        head: str = HEAD,
-        clip_norm=0.0,
-    ):
-        super().__init__(model, task, learning_rate, optimizer, hooks=[FineTune(head)], clip_norm=clip_norm)
-        self.features_model, self.head = split(model, head)
-        sig = task.signature
-        self.infer_and_cache = tf.function(
-            lambda x: infer_and_cache(self.features_model, self.head, x), input_signature=[sig.inputs]
-        )
-        self.train_from_cache = tf.function(
-            lambda f, y: {"loss": train_from_cache(self.head, task, self.optimizer, self.variables_to_train, f, y)},
-            input_signature=[features_spec(model, head), sig.labels],
-        )
+        return [v.numpy() for v in self.variables_to_train]
 
 
 def forward_flops(config, positions: int) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ondevice.data.typing_samples import Samples
-from ondevice.training.trainer import Hook
+from ondevice.training.step import Hook
 
 
 def _chunks(groups: list[np.ndarray], batch_size: int, rng) -> list[np.ndarray]:

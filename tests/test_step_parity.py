@@ -1,16 +1,17 @@
-"""Builtin-only trainable export (device.builtin_export): for one model per family (LSTM LM, a
-MobileNet conv head, the Colla M-RNN) the file has no Flex op, runs in LiteRT (ai-edge-litert),
-trains as TensorFlow's Trainer does on the same batches, and get_weights/set_weights round-trip.
+"""One training step in three forms give the same step: TensorFlow (`training.step.Step`), the Flex
+export (the Step converted as it is, run by TensorFlow's interpreter) and the builtin-op export
+(the Step written out by hand, run by LiteRT), for one model per family (LSTM LM, a MobileNet-style
+conv head, the Colla M-RNN) and for the online path with reuse of inference results.
 
-Tolerance. float32 resolves 1.2e-7 relatively. TensorFlow and LiteRT evaluate the same formulas
-but sum each matrix product's terms (tens to a few hundred here) in another order and with their
-own exp/tanh/log, so losses and gradients differ by a few ulp, ~1e-7 relatively. SGD carries that
-into the weights proportionally; Adam divides by sqrt(v) + 1e-7, which for a gradient near zero
-magnifies its absolute rounding by up to lr / 1e-7, but a step never moves a weight by more than
-~lr. Hence losses to rtol 1e-4, and weights to rtol 1e-4 with atol 1e-4 x the tensor's largest
-weight (weights near zero get the same absolute slack as the largest). Seen on these and the CLI's
-instances: losses <= 1.3e-7 relative; weights <= 5e-7 of the tensor's largest, except Adam on the
-M-RNN's embeddings, <= 1.5e-5 of it (1.5e-6 absolute): 7x inside.
+Tolerances (tests/numerics.py). Losses: the runtimes sum each matrix product's terms in another
+order and with their own exp/tanh/log, so a loss differs by at most the float32 rounding of the
+chained sums that make it (`assert_close_float32` with the terms counted per model below); earlier
+steps' rounding moves the weights by lr x that relative error of the gradient, negligible on the
+loss. Builtin weights after Adam steps: Adam divides by sqrt(v) + 1e-7, which for a gradient near
+zero magnifies its absolute rounding by up to lr / 1e-7, though a step never moves a weight by more
+than ~lr; so weights are compared to rtol 1e-4 with atol 1e-4 x the tensor's largest weight. Seen:
+losses <= 1.3e-7 relative; weights <= 5e-7 of the tensor's largest, except Adam on the M-RNN's
+embeddings, <= 1.5e-5 of it (1.5e-6 absolute): 7x inside.
 """
 
 import numpy as np
@@ -18,21 +19,38 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from numerics import assert_close_float32, lstm_terms
+from numerics import assert_close_float32, float32_sum_tolerance, keras_terms, lstm_terms
 from ondevice.data.places import FEATURES
 from ondevice.device import builtin_export as be
-from ondevice.device import litert, tflite, tflite_reuse
+from ondevice.device import litert, parity, tflite, tflite_reuse
 from ondevice.models import lstm_lm, mrnn
+from ondevice.models.svd_compression import compress
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training import inference_reuse
+from ondevice.training.fine_tune import FineTune
+from ondevice.training.step import Hook, Step
 from ondevice.training.trainer import seed_everything
 
 RTOL = 1e-4
 
 
-def assert_parity(check: dict, start: dict) -> None:
-    """Same losses and weights in TensorFlow and LiteRT, and the weights really moved."""
-    np.testing.assert_allclose(check["litert"], check["tensorflow"], rtol=RTOL)
+def step(model, task, lr, optimizer="adam", train=be.TRAIN_ALL, clip_norm=0.0) -> Step:
+    """The Step that trains everything, or (`train="head"`) the last layer only."""
+    hooks = [FineTune(model.layers[-1].name)] if train == be.TRAIN_HEAD else []
+    return Step(model, task, lr, optimizer, hooks, clip_norm)
+
+
+def lm_terms(length: int, batch_positions: int) -> int:
+    """Float32 terms along the small LM's loss: 2 LSTM layers (8 inputs, 12 units), the softmax's
+    12 + 1, the 20-word log-sum-exp and the mean over the batch's positions."""
+    return lstm_terms(length, 8, 12) + 13 + 20 + batch_positions
+
+
+def assert_parity(check: dict, start: dict, terms: int) -> None:
+    """Same losses (to the float32 rounding of `terms` chained terms) and weights in TensorFlow and
+    LiteRT, and the weights really moved."""
+    assert_close_float32(check["litert"], check["tensorflow"], terms=terms)
     assert set(check["weights_litert"]) == set(check["weights_tensorflow"])
     moved = 0
     for key, expected in check["weights_tensorflow"].items():
@@ -75,11 +93,11 @@ def test_lstm_lm_trains_in_litert_as_in_tensorflow(lm, train, optimizer, lr):
     """Full training (Adam) and DeepType's fine-tune / AutLearn's last layer (SGD)."""
     model, batches = lm
     assert len({x.shape for x, _ in batches}) == len(batches)  # padded to the file's length 8 on the way
-    check = be.compare(model, NextWordTask(), lr, batches, optimizer, train, sequence_length=8)
+    check = parity.compare_builtin(step(model, NextWordTask(), lr, optimizer, train), batches, 8)
     module = check["module"]
     start = module.keras_weights(model)
     assert_builtin_only(check["flatbuffer"])
-    assert_parity(check, start)
+    assert_parity(check, start, lm_terms(8, 8 * len(batches) + 3))
     expected = {
         be.TRAIN_ALL: [
             "embedding_embeddings",
@@ -106,17 +124,17 @@ def test_svd_compressed_lm_trains_in_litert_as_in_tensorflow(lm, train):
     """DeepType's layer compression: the softmax as a bias-free projection then the softmax; the
     projection trains with the rest ("all") and is a constant when only the head trains."""
     model, batches = lm
-    compressed = be._svd_softmax(model, rank=4)
-    check = be.compare(compressed, NextWordTask(), 0.01, batches, "adam", train, sequence_length=8)
+    compressed = compress(model, rank=4)
+    check = parity.compare_builtin(step(compressed, NextWordTask(), 0.01, "adam", train), batches, 8)
     assert_builtin_only(check["flatbuffer"])
-    assert_parity(check, check["module"].keras_weights(compressed))
+    assert_parity(check, check["module"].keras_weights(compressed), lm_terms(8, 8 * len(batches) + 3) + 5)
     assert ("softmax_svd_kernel" in check["module"].trained_keys) == (train == be.TRAIN_ALL)
     assert "softmax_svd_bias" not in check["module"].keys
 
 
 def test_get_and_set_weights_round_trip_exactly_and_infer_matches_keras(lm):
     model, batches = lm
-    module = be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_ALL, sequence_length=8)
+    module = be.BuiltinTrainable(step(model, NextWordTask(), 0.01), sequence_length=8)
     flatbuffer = be.convert(module)
     trained = litert.interpreter(flatbuffer)
     x, y = batches[1]
@@ -176,13 +194,16 @@ def test_conv_head_trains_in_litert_as_in_tensorflow():
                 [rng.uniform(0.5, 1.5, n), rng.normal(0, 0.1, n), rng.normal(0, 0.1, n), rng.uniform(0.5, 1.5, n)]
             )
     batches = [(rng.random((n, 16, 16, 1), np.float32), rng.integers(0, 4, n).astype(np.int32)) for n in (6, 4, 6)]
-    check = be.compare(model, ClassificationTask((16, 16, 1), 4), 0.01, batches, "adam", be.TRAIN_HEAD)
+    check = parity.compare_builtin(
+        step(model, ClassificationTask((16, 16, 1), 4), 0.01, "adam", be.TRAIN_HEAD), batches
+    )
     assert_builtin_only(check["flatbuffer"])
     assert check["module"].trained_keys == ["predictions_kernel", "predictions_bias"]
     assert {"CONV_2D", "DEPTHWISE_CONV_2D"} <= set(litert.operators(check["flatbuffer"]))
-    assert_parity(check, check["module"].keras_weights(model))
+    # the conv chain (`keras_terms`), the 4-class log-sum-exp and the batch mean of 6
+    assert_parity(check, check["module"].keras_weights(model), keras_terms(model) + 4 + 6)
     with pytest.raises(ValueError, match="no builtin kernels"):
-        be.BuiltinTrainable(model, ClassificationTask((16, 16, 1), 4), 0.01, train=be.TRAIN_ALL)
+        be.BuiltinTrainable(step(model, ClassificationTask((16, 16, 1), 4), 0.01))
 
 
 def test_colla_device_mrnn_trains_in_litert_as_in_tensorflow():
@@ -200,13 +221,14 @@ def test_colla_device_mrnn_trains_in_litert_as_in_tensorflow():
         return steps.astype(np.int32), rng.integers(0, 5, n).astype(np.int32)
 
     task = ClassificationTask((config.history, len(FEATURES)), 8, input_dtype=tf.int32)
-    check = be.compare(model, task, 0.01, [batch(8), batch(5), batch(8)], "adam", be.TRAIN_ALL)
+    check = parity.compare_builtin(step(model, task, 0.01), [batch(8), batch(5), batch(8)])
     assert_builtin_only(check["flatbuffer"])
     module = check["module"]
     assert module.keys == module.trained_keys + ["slots_active"]
     assert len(module.trained_keys) == len(FEATURES) + 5  # six tables, LSTM kernel/recurrent/bias, FC kernel/bias
     start = module.keras_weights(model)
-    assert_parity(check, start)
+    # one LSTM layer over 4 steps of six 4-wide embeddings, the FC's 8 + 1, 8 classes, the batch mean of 8
+    assert_parity(check, start, lstm_terms(4, 6 * 4, 8, layers=1) + 9 + 8 + 8)
     np.testing.assert_array_equal(check["weights_litert"]["slots_active"], start["slots_active"])
     np.testing.assert_array_equal(check["weights_litert"]["fc_kernel"][:, 5:], start["fc_kernel"][:, 5:])
 
@@ -214,7 +236,7 @@ def test_colla_device_mrnn_trains_in_litert_as_in_tensorflow():
 def test_operator_codes_name_flex_ops_of_a_flex_file():
     """The op list reads the flatbuffer's operator codes: a Select TF op shows as Flex<op>."""
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    flex = tflite.convert(tflite.TrainableModel(dense, ClassificationTask((4,), 3), 0.1), ("infer", "save"))
+    flex = tflite.convert(Step(dense, ClassificationTask((4,), 3), 0.1), ("infer", "save"))
     assert litert.custom_operators(flex) == ["FlexSave"] and "FULLY_CONNECTED" in litert.operators(flex)
 
 
@@ -222,7 +244,7 @@ def test_reuse_signatures_train_the_head_from_cached_features_as_train_does(lm):
     """DeepType's online path in builtin mode: infer_and_cache then train_from_cache gives the same
     losses and weights as `train` on the same batches (and `train` matches TensorFlow, above)."""
     model, batches = lm
-    module = be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_HEAD, sequence_length=8, reuse=True)
+    module = be.BuiltinTrainable(step(model, NextWordTask(), 0.01, train=be.TRAIN_HEAD), sequence_length=8, reuse=True)
     flatbuffer = be.convert(module)
     assert_builtin_only(flatbuffer)
     plain, reusing = litert.interpreter(flatbuffer), litert.interpreter(flatbuffer)
@@ -247,7 +269,7 @@ def test_reuse_signatures_train_the_head_from_cached_features_as_train_does(lm):
         scale = float(np.abs(w_plain[key]).max()) or 1.0
         np.testing.assert_allclose(w_reuse[key], w_plain[key], rtol=RTOL, atol=RTOL * scale, err_msg=key)
     with pytest.raises(be.NotExportable, match="head only"):
-        be.BuiltinTrainable(model, NextWordTask(), 0.01, "adam", be.TRAIN_ALL, sequence_length=8, reuse=True)
+        be.BuiltinTrainable(step(model, NextWordTask(), 0.01), sequence_length=8, reuse=True)
 
 
 def test_colla_distillation_trains_in_litert_as_the_distillation_hook_in_tensorflow():
@@ -273,7 +295,7 @@ def test_colla_distillation_trains_in_litert_as_the_distillation_hook_in_tensorf
     twin.set_weights(student.get_weights())
     trainer = Trainer(twin, task, 0.01, "adam", hooks=[DistillationHook(FullTeacher(teacher), lam)])
     tf_losses = [trainer.step(x, y) for x, y in batches]
-    module = be.BuiltinTrainable(student, task, 0.01, "adam", be.TRAIN_ALL, distill=lam)
+    module = be.BuiltinTrainable(Step(student, task, 0.01), distill=lam)
     flatbuffer = be.convert(module)
     assert_builtin_only(flatbuffer)
     interp = litert.interpreter(flatbuffer)
@@ -294,7 +316,8 @@ def test_colla_distillation_trains_in_litert_as_the_distillation_hook_in_tensorf
         "weights_tensorflow": module.keras_weights(trainer.model),
         "weights_litert": interp.get_signature_runner("get_weights")(),
     }
-    assert_parity(check, module.keras_weights(student))
+    # as the M-RNN above (5 steps of history, 12 classes, batch 6); the teacher's q enters as a constant
+    assert_parity(check, module.keras_weights(student), lstm_terms(5, 6 * 4, 8, layers=1) + 9 + 12 + 6)
 
 
 def test_the_ptb_regime_trains_in_litert_as_in_tensorflow(lm):
@@ -302,11 +325,137 @@ def test_the_ptb_regime_trains_in_litert_as_in_tensorflow(lm):
     global norm small enough that every step is clipped, in LiteRT as in TensorFlow's Trainer."""
     model, batches = lm
     task = NextWordTask(loss_per="sample")
-    check = be.compare(model, task, 1.0, batches, "sgd", be.TRAIN_ALL, sequence_length=8, clip_norm=0.05)
+    check = parity.compare_builtin(step(model, task, 1.0, "sgd", clip_norm=0.05), batches, 8)
     assert check["module"].optimizer.clip_norm == 0.05
     assert_builtin_only(check["flatbuffer"])
-    assert_parity(check, check["module"].keras_weights(model))
+    # the loss sums over a sample's positions: the same chain, averaged over samples instead of positions
+    assert_parity(check, check["module"].keras_weights(model), lm_terms(8, 8 * len(batches) + 3))
     moved = np.sqrt(
         sum(np.sum((check["weights_litert"][k] - v) ** 2) for k, v in check["module"].keras_weights(model).items())
     )
     assert moved <= 0.05 * len(batches) * (1 + 1e-4)  # each step at most lr x clip_norm
+
+
+# --- the Flex export against TensorFlow, and the table that puts the three side by side ----------
+
+
+@pytest.mark.slow(reason="a Flex-mode conversion of the training signatures, then steps in both runtimes")
+def test_flex_training_matches_tensorflow_and_really_trains(lm):
+    model, batches = lm
+    x = batches[0][0]
+    before = model(x).numpy()
+    result = parity.compare_flex(model, NextWordTask(), 0.05, [batches[0]] * 4)  # the loss falls only if it trains
+    terms = lm_terms(x.shape[1], x.size)
+    assert_close_float32(result["tflite"], result["tensorflow"], terms=terms)
+    assert all(b < a for a, b in zip(result["tflite"], result["tflite"][1:]))
+    # the outputs after 4 steps differ by the forward error plus each step's gradient error (as long a
+    # chain again) on how far training moved them, > 1e-3 (below): another lr changes them 10x the tolerance
+    outputs = result["outputs_tensorflow"]
+    moved = np.abs(outputs - before).max()
+    atol = float32_sum_tolerance(terms, np.abs(outputs).max()) + float32_sum_tolerance(4 * terms, moved)
+    np.testing.assert_allclose(result["outputs_tflite"], outputs, rtol=0, atol=atol)
+    assert not np.allclose(result["outputs_tflite"], before, atol=1e-3)
+    np.testing.assert_array_equal(model(x).numpy(), before)  # the model itself is untouched
+
+
+def test_a_classification_step_with_a_hook_trains_in_flex_as_in_tensorflow():
+    """An image classifier: float images in, class ids as labels; a hook trains only the last layer."""
+    seed_everything(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 3, size=8).astype("int32")
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(4, 3, name="conv"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3, name="head"),
+        ]
+    )
+
+    class HeadOnly(Hook):
+        def trainable(self, m, variables):
+            return list(m.get_layer("head").trainable_variables)
+
+    task = ClassificationTask((8, 8, 1), 3)
+    result = parity.compare_flex(model, task, 0.1, [(x, y)] * 3, "sgd", [HeadOnly()])
+    # a 3x3 convolution (9 terms), the mean of its 6 x 6 outputs, the head's 4 + 1 terms, the 3-class
+    # log-sum-exp and the batch mean of 8
+    assert_close_float32(result["tflite"], result["tensorflow"], terms=9 + 36 + 5 + 3 + 8)
+    assert result["tflite"][-1] < result["tflite"][0]
+    inputs = tflite.interpreter(result["flatbuffer"]).get_signature_runner("train").get_input_details()
+    assert set(inputs) == {"inputs", "labels"}
+
+
+@pytest.mark.slow(reason="two conversions (Flex and builtin) of the training graph, then steps in each")
+def test_parity_table_has_a_column_per_export_mode(lm):
+    """The one parity table: TensorFlow, the Flex export and the builtin export on the same steps."""
+    model, batches = lm
+    table, flatbuffer = parity.parity_table(model, NextWordTask(), 0.05, batches, "sgd")
+    assert len(table) == len(batches) and flatbuffer
+    assert (table.builtin == "all").all()
+    terms = max(lm_terms(8, x.size) for x, _ in batches)  # the builtin file pads every batch to length 8
+    assert_close_float32(table.loss_builtin, table.loss_tensorflow, terms=terms)
+    assert_close_float32(table.loss_tflite, table.loss_tensorflow, terms=terms)
+    assert table.max_weight_difference_builtin.iloc[0] < 1e-4
+
+
+def test_parity_table_says_why_a_step_has_no_builtin_form():
+    """A conv layer that trains has no builtin gradient kernel: the Flex columns stay, the builtin
+    ones are empty and say why."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4, 6, 6, 1)).astype("float32"), rng.integers(0, 2, size=4).astype("int32")
+    model = keras.Sequential(
+        [
+            keras.Input((6, 6, 1)),
+            keras.layers.Conv2D(2, 3, name="conv"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(2, name="head"),
+        ]
+    )
+    table, _ = parity.parity_table(model, ClassificationTask((6, 6, 1), 2), 0.1, [(x, y)] * 2, "sgd")
+    assert table.loss_builtin.isna().all() and table.loss_tflite.notna().all()
+    assert table.builtin.iloc[0].startswith("no builtin form:") and "conv" in table.builtin.iloc[0]
+
+
+# --- online training with reuse of inference results: TensorFlow against the Flex file -----------
+
+
+@pytest.fixture(scope="module")
+def online(lm):
+    model, batches = lm
+    flatbuffer = tflite.convert(inference_reuse.OnlineTrainer(model, NextWordTask(), 0.05), tflite.REUSE_SIGNATURES)
+    return model, batches, flatbuffer
+
+
+def test_train_from_cache_losses_match_tensorflow(online):
+    model, batches, flatbuffer = online
+    start = model.get_weights()
+    trainer = inference_reuse.OnlineTrainer(model, NextWordTask(), 0.05)
+    same = [batches[0]] * 4  # the loss on a repeated batch falls only if the weights change
+    tf_losses = [float(trainer.train_from_cache(trainer.infer_and_cache(x)["features"], y)["loss"]) for x, y in same]
+    model.set_weights(start)
+    interp = tflite.interpreter(flatbuffer)
+    cache, train = interp.get_signature_runner("infer_and_cache"), interp.get_signature_runner("train_from_cache")
+    lite = [float(train(features=cache(tokens=x)["features"], labels=y)["loss"]) for x, y in same]
+    x = same[0][0]
+    assert_close_float32(lite, tf_losses, terms=lm_terms(x.shape[1], x.size))
+    assert all(b < a for a, b in zip(lite, lite[1:]))
+
+
+def test_flex_reuse_step_equals_its_train_step(online):
+    _, batches, flatbuffer = online
+    x, y = batches[1]
+    a, b = tflite.interpreter(flatbuffer), tflite.interpreter(flatbuffer)
+    before = a.get_signature_runner("infer")(tokens=x)["logits"]
+    a.get_signature_runner("train")(tokens=x, labels=y)
+    b.get_signature_runner("train_from_cache")(
+        features=b.get_signature_runner("infer_and_cache")(tokens=x)["features"], labels=y
+    )
+    after_a = a.get_signature_runner("infer")(tokens=x)["logits"]
+    # the two signatures' graphs differ (one step through the cache): the LSTM chain, the softmax's sums and
+    # the step's gradient sum over the batch's positions; the step moves the logits by > 1e-4 (below)
+    assert_close_float32(
+        b.get_signature_runner("infer")(tokens=x)["logits"], after_a, terms=lm_terms(x.shape[1], x.size)
+    )
+    assert not np.allclose(before, after_a, atol=1e-4)

@@ -1,0 +1,131 @@
+"""AutLearn's cloud baselines trained to convergence (autlearn_accuracy: CloudTrain, FedAvg), their
+stopping rule on the validation users' data, and the on-device step's runs on augmented data
+(autlearn_augment_online)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from ondevice import streams
+from ondevice.data import femnist
+from ondevice.data.typing_samples import batch_indices
+from ondevice.models import mobilenet_v1
+from ondevice.papers.autlearn import common
+from ondevice.papers.autlearn.common import MODEL_NAMES
+from ondevice.papers.autlearn.protocol import PersonalTrainer, score, task
+from ondevice.papers.autlearn.techniques.fedavg import fedavg
+from ondevice.tasks.next_word import masked_cross_entropy
+from ondevice.training.trainer import Plateau, Trainer
+
+
+def holdout_loss(kind: str, validation: common.Validation):
+    """The cloud baselines' stopping criterion: model -> {"holdout_loss": mean cross-entropy} over
+    all of the validation users' data, both parts (LSTM: per labelled position, as its training
+    loss; MobileNet: per image). Validation users are neither pooled by CloudTrain nor FedAvg
+    clients, so both parts are held out, and both (5x the later part's words, 10x its images) make
+    a loss compared at a 0.5% threshold steadier; no test user's data enters it. It measures what a
+    model without per-user training is for: users it has not seen."""
+    if not validation.users:
+        raise ValueError("the stopping rule needs validation users (validation_users >= 1)")
+    parts = [part[u] for u in validation.users for part in (validation.train, validation.test)]
+    if kind == "image":
+        pooled = tuple(np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        return lambda model: {"holdout_loss": common.image_task().evaluate(model, pooled)["loss"]}
+
+    batches = [samples.padded(idx) for samples in parts for idx in batch_indices(samples, 256, None)]
+    spec = [tf.TensorSpec([None, None], tf.int32)] * 2
+    compiled = {}  # per model: one graph for every batch shape (eager LSTM calls are several times slower)
+
+    def text_loss(model) -> dict:
+        if id(model) not in compiled:
+            compiled[id(model)] = tf.function(lambda x, y: masked_cross_entropy(y, model(x, training=False)), spec)
+        sums = np.array([[float(v) for v in compiled[id(model)](x, y)] for x, y in batches])
+        return {"holdout_loss": float(sums[:, 0].sum() / sums[:, 1].sum())}
+
+    return text_loss
+
+
+def _point(step: int, examples: int, total: int, train_loss: float, row: dict) -> dict:
+    seen = dict(examples_seen=int(examples), epochs_seen=examples / total)
+    return dict(step=step, **seen, train_loss=train_loss, holdout_loss=row.get("holdout_loss", np.nan))
+
+
+def _ended(points: list[dict], unit: str, kept: int, plateau: bool, cap: int) -> list[dict]:
+    """The curve's rows, each saying which one was kept and whether the plateau or the cap ended it."""
+    ending = dict(unit=unit, ended_by="plateau" if plateau else "cap", cap=cap)
+    return [p | ending | {"kept": p["step"] == kept} for p in points]
+
+
+def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng, evaluate, stop, log, label: str):
+    """CloudTrain to convergence: `Trainer.fit` on the pooled data from the trainer's weights, the
+    start scored first (epoch 0), at most `max_epochs`, ending at `stop`'s plateau of `evaluate`
+    and leaving the kept epoch's weights in the model. Its curve: a row per epoch."""
+    total = trainer.task.size(data)
+    history = trainer.fit(data, max_epochs, batch_size, rng, log, label, evaluate, stop, evaluate_first=True)
+    points = [_point(r["epoch"], r["epoch"] * total, total, r["loss"], r) for r in history]
+    return _ended(points, "epoch", history.best_epoch, history.plateau, max_epochs)
+
+
+def converge_fedavg(
+    trainer: Trainer,
+    start,
+    clients: dict,
+    cap: int,
+    per_round: int,
+    local: int,
+    batch_size: int,
+    seed: int,
+    *,
+    evaluate,
+    stop: Plateau,
+    evaluate_every: int = 0,
+    log=None,
+):
+    """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
+    ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: about one
+    epoch-equivalent, ceil(clients / (per_round x local)) rounds, so that a patience means as much
+    data as CloudTrain's epochs). Its curve: a row per round (held-out loss NaN between evaluations)."""
+    total = sum(trainer.task.size(c) for c in clients.values())
+    every = evaluate_every or math.ceil(len(clients) / (per_round * local))
+    trainer.reset(start)
+    first = _point(0, 0, total, np.nan, evaluate(trainer.model))
+    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every)
+    _, rounds = fedavg(trainer, start, clients, cap, per_round, local, batch_size, seed, **rule)
+    seen = np.cumsum([r["examples"] * local for r in rounds])
+    points = [first] + [_point(r["round"], n, total, r["client_loss"], r) for r, n in zip(rounds, seen)]
+    return _ended(points, "round", rounds.best_round, rounds.plateau, cap)
+
+
+def scratch_weights(params, kind: str, data, seed: int) -> list[np.ndarray]:
+    """Random initial weights of the same model (the cloud baselines with cloud_init = "scratch")."""
+    if kind == "text":
+        return common.text_model(params, data, seed).get_weights()
+    init = streams.tf_seed(seed, "init/autlearn-head")
+    return mobilenet_v1.build(None, params.mobilenet_alpha, params.image_size, femnist.CLASSES, seed=init).get_weights()
+
+
+def augmented_steps(params, kind: str, data, pre: common.Pretrained, augment, unit: str, log) -> pd.DataFrame:
+    """On-device data augmentation (Sec. 3.4), per user: the on-device step on the training part
+    without and with the generated samples (`augment(user)`: the training set with them, and how many
+    were generated), scored on the test part; `unit` names what is counted (sentences, images)."""
+    step, task_, rows = PersonalTrainer(params, kind, pre.model), task(params, kind), []
+    for user in data.users:
+        for condition, (train, made) in (("without", (data.train[user], 0)), ("with", augment(user))):
+            step.fit(pre.weights, train, streams.rng(params.seed, f"personal/{user}"))
+            s = score(params, kind, step.model, data.test[user])
+            row = dict(model=MODEL_NAMES[kind], user=user, augmentation=condition, train_samples=task_.size(train))
+            counts = {f"generated_{unit}": made, f"original_{unit}": _originals(data, user)}
+            rows.append(row | counts | {"test_samples": task_.size(data.test[user])} | s)
+    out = pd.DataFrame(rows).drop(columns=["perplexity", "loss"], errors="ignore")
+    means = out.groupby("augmentation", sort=False).top1.mean()
+    log(f"{MODEL_NAMES[kind]}, {len(data.users)} users: mean top-1 {means['without']:.4f} -> {means['with']:.4f}")
+    return out
+
+
+def _originals(data, user: str) -> int:
+    """A user's original training sentences (text) or images."""
+    return len(data.train_sentences[user]) if isinstance(data, common.TextData) else len(data.train[user][1])

@@ -1,0 +1,147 @@
+"""FedAvg, AutLearn's federated baseline, as the paper's reference [3] (McMahan et al., 2017) runs
+it: each client trains every layer by plain SGD (no optimizer state carried between clients or
+rounds) at CloudTrain's batch size, and the server averages the clients' weights weighted by their
+numbers of examples (`techniques.fedavg`); from the public model, to the plateau of the loss on the
+validation users (`cloud_baselines.converge_fedavg`).
+
+The paper leaves the local epochs and the client rate open. The rule, fixed before any test run:
+on the first seed, every pair of the preset's grids (`fedavg_epoch_candidates` x
+`<kind>_fedavg_rate_candidates`, fewer epochs and smaller rates first) trains FedAvg on the test
+users' training parts to its plateau; the pair whose kept round has the lowest loss on the
+validation users (`cloud_baselines.holdout_loss`, the data the plateau watches; no test part is
+seen) is chosen; ties and diverged runs (a non-finite loss) lose to the earlier pair. That run is
+the first seed's FedAvg; later seeds and the shuffled clients train with the chosen pair.
+
+The known-answer control (`control_table`): on shuffled (IID) clients FedAvg minimises the same
+pooled loss as CloudTrain (the example-weighted mean of the clients' losses), so at convergence its
+kept held-out loss must come within `fedavg_control_tolerance` (relative, fixed in the preset before
+any run) of CloudTrain's; if it does not, FedAvg (or its setting) is wrong, whatever the non-IID gap.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ondevice import streams
+from ondevice.papers.autlearn import cloud_baselines, common, protocol, report
+from ondevice.papers.autlearn.common import MODEL_NAMES
+from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
+from ondevice.training import selection
+from ondevice.training.bucketing import EqualLength
+from ondevice.training.trainer import Trainer
+
+SECTION = "FedAvg's known answer: IID clients reach CloudTrain's held-out loss"
+
+
+def check(params) -> None:
+    """The FedAvg fields of autlearn_accuracy's parameters."""
+    epochs = params.fedavg_epoch_candidates
+    params.require(bool(epochs) and min(epochs) >= 1, "fedavg_epoch_candidates", "must hold epochs >= 1")
+    for name in ("text_fedavg_rate_candidates", "image_fedavg_rate_candidates"):
+        params.require(bool(getattr(params, name)) and min(getattr(params, name)) > 0, name, "must hold positive rates")
+    params.require(params.fedavg_control_tolerance > 0, "fedavg_control_tolerance", "must be positive")
+
+
+def rounds_and_clients(params, kind: str) -> tuple[int, int]:
+    """(rounds at most, clients per round) of FedAvg for a model kind (`image_fedavg_*`: 0 = the shared field)."""
+    if kind == "image":
+        return params.image_fedavg_rounds or params.fedavg_rounds, params.image_fedavg_clients or params.fedavg_clients
+    return params.fedavg_rounds, params.fedavg_clients
+
+
+class Choice(NamedTuple):
+    """The chosen local epochs and client rate of one kind, the chosen run's weights and curve
+    (the first seed's FedAvg), and the table of every candidate."""
+
+    local_epochs: int
+    learning_rate: float
+    weights: list[np.ndarray]
+    curve: list[dict]
+    table: pd.DataFrame
+
+
+def client_trainer(params, kind: str, model, learning_rate: float) -> Trainer:
+    """A client's step: every layer, plain SGD (the LSTM with the equal-length buckets)."""
+    hooks = [EqualLength()] if kind == "text" else []
+    return Trainer(model, protocol.task(params, kind), learning_rate, "sgd", hooks=hooks)
+
+
+def train(params, kind: str, model, start, clients: dict, holdout, seed: int, local_epochs: int, rate: float, log):
+    """FedAvg from `start` over `clients` to its plateau (the preset's rounds and clients per round);
+    its curve, each point with the setting. The client draws follow `seed` and the kind only, so
+    every client set and candidate is drawn alike."""
+    (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
+    trainer = client_trainer(params, kind, model, rate)
+    fed = (rounds, min(per_round, len(clients)), local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
+    rule = dict(evaluate=holdout, stop=params.plateau("FedAvg"), evaluate_every=params.fedavg_evaluate_every, log=log)
+    curve = cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)
+    return [p | dict(local_epochs=local_epochs, client_rate=rate) for p in curve]
+
+
+def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice:
+    """The module's rule on one kind, from the first seed's public model; the model is left with
+    the chosen run's weights."""
+    holdout, runs, rows = cloud_baselines.holdout_loss(kind, data.validation), [], []
+    grid = [(e, r) for e in params.fedavg_epoch_candidates for r in getattr(params, f"{kind}_fedavg_rate_candidates")]
+
+    def score(candidate: dict) -> float:
+        e, r = candidate["local_epochs"], candidate["learning_rate"]
+        log(f"{MODEL_NAMES[kind]}: FedAvg candidate {e} local epoch(s), SGD rate {r}")
+        curve = train(params, kind, pre.model, pre.weights, data.train, holdout, params.seed, e, r, log)
+        kept = next(p for p in curve if p["kept"])
+        runs.append((pre.model.get_weights(), curve))
+        rows.append(dict(kept_round=kept["step"], ended_by=kept["ended_by"], kept_epochs_seen=kept["epochs_seen"]))
+        loss = kept["holdout_loss"]
+        return -loss if np.isfinite(loss) else -np.inf
+
+    candidates = [dict(local_epochs=e, learning_rate=r) for e, r in grid]
+    best, table = selection.select(candidates, score, log)
+    chosen = int(np.flatnonzero(table.chosen.to_numpy())[0])
+    table = pd.concat([table, pd.DataFrame(rows)], axis=1).assign(**{"validation holdout loss": -table.score})
+    table = table.drop(columns="score").assign(method="FedAvg", model=MODEL_NAMES[kind], optimizer="sgd")
+    pre.model.set_weights(runs[chosen][0])
+    log(f"{MODEL_NAMES[kind]}: FedAvg with {best['local_epochs']} local epoch(s) at SGD rate {best['learning_rate']}")
+    return Choice(best["local_epochs"], best["learning_rate"], *runs[chosen], table)
+
+
+def choose_all(params, text, images, pre, log=print) -> tuple[dict[str, Choice], pd.DataFrame]:
+    """`choose` on both kinds (the first seed's public models): the choices and one table."""
+    choices = {k: choose(params, k, d, pre[k][params.seed], log) for k, d in (("text", text), ("image", images))}
+    return choices, pd.concat([c.table for c in choices.values()], ignore_index=True)
+
+
+def federate(params, kind, model, start, clients, holdout, seed, choice: Choice, reuse: bool, log) -> list[dict]:
+    """FedAvg with the chosen setting, leaving its kept weights in `model`; with `reuse` the chosen
+    run itself (the first seed's users as clients) instead of training it again."""
+    if reuse:
+        model.set_weights(choice.weights)
+        return choice.curve
+    return train(params, kind, model, start, clients, holdout, seed, choice.local_epochs, choice.learning_rate, log)
+
+
+def control_table(history: list[dict], tolerance: float, cloud: str, fedavg: str) -> pd.DataFrame:
+    """Per model and seed with shuffled clients, from the convergence curves: CloudTrain's and
+    IID FedAvg's kept held-out losses (`report.stopping_table`), the relative gap and the verdict
+    against `tolerance`; the users' FedAvg beside them."""
+    rows, stopping = [], report.stopping_table(pd.DataFrame(history))
+    for (model, seed), g in stopping.groupby(["model", "seed"], sort=False):
+        if SHUFFLED not in set(g.method):
+            continue
+        c, s, f = (g[g.method == m].iloc[0] for m in (cloud, SHUFFLED, fedavg))
+        gap = s.kept_holdout_loss / c.kept_holdout_loss - 1
+        row = dict(model=model, seed=seed, cloudtrain_loss=c.kept_holdout_loss, cloudtrain_ended_by=c.ended_by)
+        row |= dict(iid_fedavg_loss=s.kept_holdout_loss, iid_kept_round=s.kept, iid_ended_by=s.ended_by)
+        row |= dict(iid_epochs_seen=s.kept_epochs_seen, relative_gap=gap, tolerance=tolerance)
+        rows.append(row | dict(users_fedavg_loss=f.kept_holdout_loss, verdict=_verdict(gap, tolerance, s.ended_by)))
+    return pd.DataFrame(rows)
+
+
+def _verdict(gap: float, tolerance: float, ended_by: str) -> str:
+    if np.isfinite(gap) and gap <= tolerance:
+        return f"passes: within {tolerance:.0%} of CloudTrain's held-out loss"
+    if ended_by == "cap":
+        return "fails: the round cap ended IID FedAvg before its plateau (not converged)"
+    return f"fails: IID FedAvg's plateau is {gap:+.1%} above CloudTrain's held-out loss"

@@ -1,0 +1,152 @@
+"""A planted personal signal, the known-answer control of personalization (issue 40): each test and
+validation user gets a habit the global text never has, a user-specific word swapped in for each of
+the `planted_words` most frequent vocabulary words, in a share (the *dose*) of that user's lines, in
+its training and test parts alike. The crowd, the global text and every other user stay as they are.
+A protocol that can learn a personal signal must gain on these users, more with a larger dose; at
+the dose fixed beforehand (`planted_dose_star`) the gain's interval must be above zero. Every draw
+comes from this module's own streams ("planted/...") and changes no other number."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from ondevice import streams
+from ondevice.data.per_user_text import Corpus
+from ondevice.data.typing_samples import Vocabulary
+from ondevice.papers.deeptype import protocol, report
+
+SOURCE_POOL = 2  # targets are drawn from the vocabulary below the first SOURCE_POOL x planted_words words
+
+
+def check(params) -> None:
+    """The control's fields: doses are shares of lines, and the fixed dose is one of them, above 0."""
+    params.require(all(0 <= d <= 1 for d in params.planted_doses), "planted_doses", "must be shares in [0, 1]")
+    star = 0 < params.planted_dose_star and params.planted_dose_star in params.planted_doses
+    params.require(star, "planted_dose_star", "must be a positive dose of planted_doses")
+    params.at_least(1, "planted_words")
+
+
+def habit(vocab: Vocabulary, user: str, seed: int, n_words: int) -> dict[str, str]:
+    """The user's habit: each of the `n_words` most frequent words -> a word of the vocabulary's rarer
+    part, drawn for this user alone (in-vocabulary, so a model can learn to suggest it)."""
+    words = vocab.words[2:]  # without <pad> and <unk>
+    if len(words) < (SOURCE_POOL + 1) * n_words:
+        raise ValueError(f"a habit of {n_words} words needs {(SOURCE_POOL + 1) * n_words} vocabulary words")
+    pool = words[SOURCE_POOL * n_words :]
+    targets = streams.rng(seed, f"planted/words/{user}").choice(len(pool), n_words, replace=False)
+    return {w: pool[i] for w, i in zip(words[:n_words], targets)}
+
+
+def plant_user(sents: list[list[str]], swap: dict[str, str], dose: float, user: str, seed: int) -> list[list[str]]:
+    """The user's lines with `swap` applied in a `dose` share of them. Each line's draw is the same at
+    every dose, so a larger dose plants a superset of a smaller one's lines."""
+    if not 0 <= dose <= 1:
+        raise ValueError(f"a dose is a share of lines in [0, 1], got {dose}")
+    draws = streams.rng(seed, f"planted/lines/{user}").random(len(sents))
+    return [[swap.get(w, w) for w in s] if u < dose else list(s) for s, u in zip(sents, draws)]
+
+
+def planted(corpus: Corpus, dose: float, seed: int, n_words: int) -> Corpus:
+    """The corpus with every test and validation user planted at `dose`; its global text, samples,
+    vocabulary and split are the same objects, so nothing the global model sees changes."""
+    who = set(corpus.split.test) | set(corpus.split.validation)
+    users = {
+        u: plant_user(s, habit(corpus.vocab, u, seed, n_words), dose, u, seed) if u in who else s
+        for u, s in corpus.users.items()
+    }
+    return dataclasses.replace(corpus, users=users)
+
+
+def gains(params, corpus: Corpus, models, schedule, dose: float, who: list[str], log=print) -> list[dict]:
+    """Per seed and user of `who` on the corpus planted at `dose`: the global model's top-k-eff and
+    the personalized model's (the main protocol: `schedule`, per-user stopping on held-out lines)."""
+    plant, rows = planted(corpus, dose, params.seed, params.planted_words), []
+    personal = protocol.Personal(params, models.model)
+    for seed in params.seed_list:
+        start = models.weights[seed]
+        for user in who:
+            fit, held, test = plant.personal_parts(user, params)
+            before = personal.score_weights(start, test)["top_k_eff"]
+            rng = streams.rng(seed, f"personal/{user}")
+            after = personal.train((fit, test), start, params, rng, held=held, schedule=schedule(seed))[0]
+            row = {"dose": dose, "seed": seed, "user": user, "top_k_eff_global": before}
+            rows.append({**row, **{k: v for k, v in after.items() if not k.startswith("_")}})
+        log(f"planted dose {dose:g}, seed {seed}: {len(who)} users personalized")
+    return rows
+
+
+def run(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> pd.DataFrame:
+    """Every dose's per-user rows on the test users; dose 0 is the main run's own rows (`main_rows`:
+    seed, user, top_k_eff_global, top_k_eff, kept_epoch), not run again."""
+    rows = [main_rows.assign(dose=0.0)]
+    for dose in (d for d in params.planted_doses if d > 0):
+        rows.append(pd.DataFrame(gains(params, corpus, models, schedule, dose, corpus.split.test, log)))
+    return pd.concat(rows, ignore_index=True)
+
+
+def gain_in_points(after: np.ndarray, before: np.ndarray, rng, n_boot: int, level: float = 0.95) -> tuple:
+    """The median over users of (after - before), averaged over seeds, and its paired bootstrap interval
+    (users resampled with the same indices in every seed). In points, not relative: planting lowers the
+    global model's own score, to 0 on a weak model, where a relative change has no value."""
+    diff = np.asarray(after, float) - np.asarray(before, float)  # (seeds, users)
+    idx = rng.integers(0, diff.shape[1], size=(n_boot, diff.shape[1]))
+    boot = np.median(diff[:, idx], axis=2).mean(axis=0)
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.median(diff, axis=1).mean()), float(low), float(high)
+
+
+def curve(rows: pd.DataFrame, params) -> pd.DataFrame:
+    """Per dose: the median top-k-eff of the global and the personalized model, the gain from
+    personalization in points with its 95% interval, and the share of user runs that kept epoch 0."""
+    out = []
+    for dose, d in rows.groupby("dose"):
+        rng = streams.rng(params.seed, f"bootstrap/planted/{dose:g}")
+        after, before = report.wide(d), report.wide(d, "top_k_eff_global")
+        gain, low, high = gain_in_points(after, before, rng, params.bootstrap)
+        medians = {
+            "global": float(np.median(before, axis=1).mean()),
+            "personal": float(np.median(after, axis=1).mean()),
+        }
+        out.append(
+            {"dose": dose, "users": after.shape[1], **{f"top_k_eff_{k}": v for k, v in medians.items()}}
+            | {"gain": gain, "ci low": low, "ci high": high, "kept_epoch_0": float(np.mean(d.kept_epoch == 0))}
+        )
+    return pd.DataFrame(out)
+
+
+def verdict(table: pd.DataFrame, dose_star: float) -> tuple[bool, str]:
+    """The rule fixed before the run: the gain's interval at `dose_star` lies above zero, and the gain
+    never falls with the dose beyond noise (each dose's interval reaches the previous dose's gain)."""
+    t = table.sort_values("dose").reset_index(drop=True)
+    star = t[np.isclose(t.dose, dose_star)]
+    if star.empty:
+        raise ValueError(f"no planted dose {dose_star} in the table (doses: {t.dose.tolist()})")
+    above = bool(star["ci low"].iloc[0] > 0)
+    falls = [
+        f"{b.dose:g} ({b.gain:+.3f}, up to {b['ci high']:+.3f}) below {a.dose:g} ({a.gain:+.3f})"
+        for (_, a), (_, b) in zip(t.iloc[:-1].iterrows(), t.iloc[1:].iterrows())
+        if b["ci high"] < a.gain
+    ]
+    passed = above and not falls
+    points = "; ".join(
+        f"dose {r.dose:g}: {r.gain:+.3f} [{r['ci low']:+.3f}, {r['ci high']:+.3f}]" for _, r in t.iterrows()
+    )
+    why = f"interval at dose {dose_star:g} {'above' if above else 'not above'} zero"
+    why += "; gain falls with the dose at " + ", ".join(falls) if falls else "; the gain does not fall with the dose"
+    head = f"**Planted-signal control {'passes' if passed else 'FAILS'}** ({why})"
+    return passed, f"{head}. Gain from personalization, top-k-eff (absolute, median over users), per dose: {points}."
+
+
+def control(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> dict[str, pd.DataFrame]:
+    """The control's tables: per-user rows of every dose, the gain per dose, and the verdict."""
+    per_user = run(params, corpus, models, schedule, main_rows, log)
+    table = curve(per_user, params)
+    passed, text = verdict(table, params.planted_dose_star)
+    return {
+        "planted": per_user,
+        "planted_curve": table,
+        "planted_verdict": pd.DataFrame([{"passes": passed, "text": text}]),
+    }

@@ -1,0 +1,109 @@
+"""The content model rendered by the Jinja2 templates in templates/: HTML with autoescaping (every
+value from a result is text, whatever it contains), Markdown without it (its templates escape
+through the `md` filter). A template that is missing or names an undefined value is an error,
+never a blank. Executed notebooks are rendered by nbconvert's lab template minus its CDN scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+
+from ondevice.report import claims
+from ondevice.report.pages.cells import (
+    DASH,
+    EXPLAINED,
+    citation_rest,
+    duration,
+    href,
+    md,
+    md_link,
+    number,
+    short_citation,
+)
+from ondevice.report.pages.content import Experiment, Table
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+NOTEBOOK_TEMPLATE = "offline.html.j2"  # in templates/notebook/, beside nothing of ours that nbconvert could pick up
+VERDICTS = {"holds": "holds", "does not hold": "not", "within noise": "noise"}  # verdict -> badge class v-<...>
+
+
+def value(v):
+    """A parameter or environment value as shown: a dict or list as JSON."""
+    return json.dumps(v) if isinstance(v, (dict, list)) else v
+
+
+def aligned(table: Table) -> list[tuple[str, str]]:
+    """A CSV table's header as (label, css class) pairs: numeric columns right-aligned."""
+    numeric = table.numeric
+    return [(h, "num" if h in numeric else "") for h in table.header]
+
+
+class Pages:
+    """The site's and the results folder's pages, from the templates in one folder."""
+
+    def __init__(self, templates: Path = TEMPLATES):
+        self.templates = Path(templates)
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(self.templates),
+            autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default=False),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        self.env.filters.update(md=md, number=number, duration=duration, value=value)
+        self.env.globals.update(
+            DASH=DASH, EXPLAINED=EXPLAINED, VERDICTS=VERDICTS, href=href, md_link=md_link, aligned=aligned,
+            short_citation=short_citation, citation_rest=citation_rest,
+        )  # fmt: skip
+
+    def render(self, name: str, **context) -> str:
+        try:
+            return self.env.get_template(name).render(**context)
+        except jinja2.TemplateNotFound as exc:
+            raise FileNotFoundError(
+                f"no page template {exc.name!r} in {self.templates} (needed for {name!r}; the templates ship as "
+                "package data, see [tool.setuptools.package-data] in pyproject.toml)"
+            ) from None
+
+    def index_html(self, entries: list[Experiment], scale: str) -> str:
+        return self.render("index.html.j2", entries=entries, scale=scale, root="")
+
+    def experiment_html(self, e: Experiment, scale: str) -> str:
+        return self.render("experiment.html.j2", e=e, scale=scale, root="../")
+
+    def experiment_markdown(self, e: Experiment, scale: str) -> str:
+        return self.render("experiment.md.j2", e=e, scale=scale)
+
+    def summary_markdown(self, entries: list[Experiment], scale: str) -> str:
+        kinds = claims.kinds_text([row for e in entries for row in e.rows])
+        return self.render("summary.md.j2", entries=entries, scale=scale, kinds=kinds)
+
+    def css(self) -> str:
+        path = self.templates / "site.css"
+        if not path.is_file():
+            raise FileNotFoundError(f"no stylesheet {path} (package data, see pyproject.toml)")
+        return path.read_text(encoding="utf-8")
+
+    def notebook_exporter(self):
+        """nbconvert's lab template without the blocks that load scripts from a CDN (the site must
+        work offline; stored outputs are static, so nothing needs require.js, and math stays as TeX)."""
+        from nbconvert import HTMLExporter
+
+        folder = self.templates / "notebook"
+        if not (folder / NOTEBOOK_TEMPLATE).is_file():
+            raise FileNotFoundError(f"no notebook template {folder / NOTEBOOK_TEMPLATE}")
+        loader = jinja2.FileSystemLoader(folder)
+        return HTMLExporter(template_name="lab", extra_loaders=[loader], template_file=NOTEBOOK_TEMPLATE)
+
+    def notebook_html(self, e: Experiment, scale: str, exporter) -> str:
+        """The stored executed notebook as a page, under a bar that leads back into the site."""
+        import nbformat
+
+        nav = self.render("notebook_nav.html.j2", e=e, scale=scale).strip()  # inside <nav>, no line ends
+        nb = nbformat.read(e.notebook, as_version=4)
+        resources = {"publish_nav": nav, "metadata": {"name": e.title or e.notebook.stem}}
+        body, _ = exporter.from_notebook_node(nb, resources=resources)
+        return body
