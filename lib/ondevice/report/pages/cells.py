@@ -7,10 +7,12 @@ import math
 import re
 from urllib.parse import quote
 
-from ondevice.report.claims import audit, percent
+from ondevice.report.claims import Kind, audit, flagged_kind, percent
 
 DASH = "-"
 EXPLAINED = "differs, explained by "
+# a flagged row whose diagnosis names no cause outside our implementation (its kind is open): ours to fix
+OPEN = "differs, open: "
 
 
 def as_float(value) -> float | None:
@@ -113,10 +115,20 @@ def ratio(row: dict) -> str:
 
 def diagnosis(row: dict) -> str:
     """The audit rule (`claims.audit`) on one effects.csv row, with the experiment's diagnosis if it
-    gave one: "agrees ...", "differs, explained by ...", "unexplained" or why it cannot tell."""
-    return audit(
+    gave one: "agrees ...", "differs, explained by ..." (a cause outside our implementation),
+    "differs, open: ..." (its kind is open, or the table predates kinds), "unexplained" or why it
+    cannot tell."""
+    text = audit(
         row.get("paper change"), row.get("our change"), row.get("ci low"), row.get("ci high"), row.get("diagnosis")
     )
+    if text.startswith(EXPLAINED) and flagged_kind(row) == Kind.OPEN.value:
+        return OPEN + text.removeprefix(EXPLAINED)
+    return text
+
+
+def diagnosed_prefix(text: str) -> str:
+    """The prefix of a diagnosis cell that carries the experiment's own text ("" for none)."""
+    return next((p for p in (EXPLAINED, OPEN) if text.startswith(p)), "")
 
 
 def anchor(section: str) -> str:

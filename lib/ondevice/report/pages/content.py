@@ -15,10 +15,10 @@ from pathlib import Path
 from ondevice.report import facts
 from ondevice.report.pages.cells import (
     DASH,
-    EXPLAINED,
     anchor,
     as_float,
     counts,
+    diagnosed_prefix,
     diagnosis,
     interval,
     level,
@@ -97,9 +97,14 @@ class Effect:
         self.modelled = "modelled" in str(r.get("meter") or "").lower()
 
     @property
+    def prefix(self) -> str:
+        """ "differs, explained by " or "differs, open: ": what precedes the experiment's own text."""
+        return diagnosed_prefix(self.diagnosis)
+
+    @property
     def explained(self) -> str:
         """The experiment's own diagnosis: the text of the link to its notebook section."""
-        return self.diagnosis.removeprefix(EXPLAINED)
+        return self.diagnosis.removeprefix(self.prefix)
 
 
 @dataclass
@@ -130,7 +135,7 @@ class Experiment:
         notebook, that heading's anchor (the link target); a section the notebook lacks is said."""
         text = diagnosis(row)
         section = str(row.get("section") or "").strip()
-        if not text.startswith(EXPLAINED) or not section:
+        if not diagnosed_prefix(text) or not section:
             return text, None
         target = anchor(section)
         if self.notebook is not None and target in {anchor(h) for h in self.headings}:

@@ -13,7 +13,6 @@ import jinja2
 from ondevice.report import claims
 from ondevice.report.pages.cells import (
     DASH,
-    EXPLAINED,
     citation_rest,
     duration,
     href,
@@ -55,7 +54,7 @@ class Pages:
         )
         self.env.filters.update(md=md, number=number, duration=duration, value=value)
         self.env.globals.update(
-            DASH=DASH, EXPLAINED=EXPLAINED, VERDICTS=VERDICTS, href=href, md_link=md_link, aligned=aligned,
+            DASH=DASH, VERDICTS=VERDICTS, href=href, md_link=md_link, aligned=aligned,
             short_citation=short_citation, citation_rest=citation_rest,
         )  # fmt: skip
 
