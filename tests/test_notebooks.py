@@ -225,8 +225,10 @@ def autlearn_accuracy_sanity(out: Path) -> None:
 
 
 def _rates_chosen_on_validation_users(out: Path, users: pd.DataFrame) -> None:
-    """One chosen rate per model, the one run.json records, from users no test table holds."""
+    """One chosen on-device rate per model, the one run.json records, from users no test table holds
+    (the table also holds the other choices made on validation users: FedAvg's, the augmentation's)."""
     rates = pd.read_csv(out / "tables" / "rate_selection.csv")
+    rates = rates[rates.method == "on-device step"]
     run = json.loads((out / "run.json").read_text())
     for model, kind in (("LSTM", "text"), ("MobileNet", "image")):
         r = rates[rates.model == model]
