@@ -21,8 +21,8 @@ held-out clips of the user's training set by `rate_choice.RULE` (fixed before an
 configuration trains the thesis's 10 epochs at it; the forgetting ablation trains GDM(0),
 GDM(alpha) and GDM(alpha)+LF(n) again at the other candidates.
 
-Stages (the notebook calls one per section): `load_data`, `pretrained`, `choose_rate` (whose
-`params` every later stage takes), `gdm_sweep`, `lf_sweep`, `fmc`, `benchmark`, `on_device`,
+Stages (the notebook calls one per section): `audio_data.load_data`, `audio_model.pretrained`, `choose_rate` (whose
+`params` every later stage takes), `gdm_sweep`, `lf_sweep`, `fmc`, `audio_model.benchmark`, `on_device`,
 `forgetting_ablation` (`forgetting`), `conclude`; `run` calls them all.
 """
 
@@ -36,17 +36,10 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.moil import forgetting, protocol, rate_choice, report
-from ondevice.papers.moil.audio_data import AudioData, AudioParams, classes_table, data_banner, hold_out, load_data  # noqa: F401
-from ondevice.papers.moil.audio_model import (  # noqa: F401  (stages)
-    HeldOut,
-    Personalizer,
-    Pretrained,
-    benchmark,
-    pretrained,
-    units_table,
-)
+from ondevice.papers.moil.audio_data import AudioData, AudioParams, classes_table, hold_out, load_data
+from ondevice.papers.moil.audio_model import HeldOut, Personalizer, Pretrained, benchmark, pretrained
 from ondevice.papers.moil.protocol import Run
-from ondevice.papers.moil.report import benchmark_ratios, cache_table, fmc_equality  # noqa: F401  (stages)
+from ondevice.papers.moil.report import benchmark_ratios, cache_table, fmc_equality
 from ondevice.params import presets
 from ondevice.report import facts, record
 from ondevice.report.conclusion import Conclusion
