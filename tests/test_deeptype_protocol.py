@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ondevice.data import per_user_text
+from ondevice.device import parity
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt_exp
 from ondevice.papers.deeptype.experiments import deeptype_online as online_exp
@@ -67,7 +68,7 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.parity,
+        parity,
         "parity_table",
         lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )

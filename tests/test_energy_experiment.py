@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ondevice.device.energy import study
 from ondevice.device.energy.study import hardware_note
 from ondevice.papers.deeptype.experiments import energy_governors as exp
 from ondevice.params import ParameterError
@@ -107,7 +108,7 @@ def test_parameters_that_cannot_work_stop_before_any_work():
         exp.Params.for_scale("smoke", primary_meter="rapl")  # not among the smoke preset's meters
     params = exp.Params.for_scale("smoke", meters=("rapl",), primary_meter="rapl", rapl_root="/nonexistent")
     with pytest.raises(ParameterError, match="cannot run here"):
-        exp.setup(params, log=lambda _: None)
+        study.setup(params, log=lambda _: None)
 
 
 def test_phone_job_under_each_governor_set_over_adb(monkeypatch):
@@ -132,7 +133,7 @@ def test_phone_job_under_each_governor_set_over_adb(monkeypatch):
         android_serial="ZX1G22ABC",
         android_job="sh /data/local/tmp/train.sh {variant} {governor}",
     )
-    env = exp.setup(params, log=lambda _: None)
+    env = study.setup(params, log=lambda _: None)
     assert env.phone[0] and env.backends_table().set_index("meter").loc["android-battery (phone job)", "available"]
     table = exp.measure_phone(params, env, log=lambda _: None)
     assert phone.jobs == [

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import tflite, tflite_reuse
 from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
 from ondevice.papers.deeptype import common, protocol

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import tflite
 from ondevice.device.energy import study
 from ondevice.device.energy.base import MEASURED, MODELLED, measuring
@@ -40,7 +40,6 @@ NAME = "energy_governors"
 PAPER = facts.paper(NAME)
 VARIANTS = {"full": "un-optimised (full training)", "fine_tune": "optimised (fine-tune)"}
 HOOKS = {"full": [], "fine_tune": [FineTune()]}
-BASELINE_GOVERNOR = study.BASELINE_GOVERNOR
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, env: study
         for seed in params.seed_list:
             _warm_up(trainers, models.weights[seed], task, data[users[0]][0], params, seed)
             for n, user in enumerate(users, 1):
-                evaluate = governor == BASELINE_GOVERNOR
+                evaluate = governor == study.BASELINE_GOVERNOR
                 rows = [
                     _train(params, trainer, variant, models, env, data[user], seed, user, governor, evaluate)
                     for variant, trainer in trainers.items()
@@ -206,7 +205,7 @@ def conclude(params, corpus, models, env, runs, settings, phone, flatbuffers, wa
         "energy, optimised, default governor": series("default", "fine_tune", "energy_norm"),
         "training time, fine-tune": series("default", "fine_tune", "time_norm"),
     }
-    for g in [g for g in params.governors if g != BASELINE_GOVERNOR and g in set(primary.governor)]:
+    for g in [g for g in params.governors if g != study.BASELINE_GOVERNOR and g in set(primary.governor)]:
         per_seed[f"energy, un-optimised, {g}"] = series(g, "full", "energy_norm")
         per_seed[f"energy, optimised, {g}"] = series(g, "fine_tune", "energy_norm")
         per_seed[f"training time, optimised, {g}"] = series(g, "fine_tune", "time_norm")
