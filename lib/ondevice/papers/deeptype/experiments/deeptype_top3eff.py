@@ -18,14 +18,15 @@ import numpy as np
 import pandas as pd
 
 from ondevice import engine, streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import parity
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import common, more_training, planted, protocol, report, sensitivity, step_size
-from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.params import presets
-from ondevice.report import claims, facts
+from ondevice.report import facts
+from ondevice.report.conclusion import Conclusion, wide
 from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_top3eff"
@@ -190,9 +191,6 @@ def on_device(params: Params, corpora: dict, models: dict, log=print):
     return parity.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
 
 
-users_table = report.rows_table
-
-
 def user_groups(users: pd.DataFrame) -> pd.Series:
     """D5's groups by personal training words: the lightest and heaviest 25% (at least one each), the rest normal."""
     words = users.drop_duplicates("user").set_index("user").train_words.sort_values(kind="stable")
@@ -204,7 +202,7 @@ def user_groups(users: pd.DataFrame) -> pd.Series:
 
 def _matrix(users: pd.DataFrame, condition: str, only=None) -> np.ndarray:
     d = users[users.condition == condition]
-    return report.wide(d if only is None else d[d.user.isin(only)])
+    return wide(d if only is None else d[d.user.isin(only)], "top_k_eff")
 
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
@@ -234,44 +232,42 @@ def group_table(users: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
 def conclude(params, corpora, models, tuned, selection, rows, on_device_table, flatbuffer, wall_time_s, more=None):
     """Tables (one row per user and condition), medians per condition, the paper's numbers beside
     ours, and each claimed effect's paired interval and three-way verdict; D5's groups likewise."""
-    users, summary, rng = report.rows_table(rows), summary_table(rows), streams.rng(params.seed, "bootstrap")
+    users, summary = report.rows_table(rows), summary_table(rows)
     medians = summary.pivot(index="seed", columns="condition", values="top_k_eff_median")
-    headline = report.headlines({f"top-k-eff, {c}": medians[c].tolist() for c in CONDITIONS if c in medians})
-    pair = lambda e, only=None: tuple(_matrix(users, q.removeprefix("top-k-eff, "), only) for q in (e.better, e.worse))
-    effects = [claims.effects_table(PAPER, {e.claim: pair(e) for e in PAPER.effects}, rng, n_boot=params.bootstrap)]
     groups = user_groups(users)
     users["group"] = users.user.map(groups)
     group_rows, group_values = group_table(users)
     members = {e.claim: groups.index[groups == e.claim.split()[-2]] for e in PAPER_GROUPS.effects}
     judged = tuple(e for e in PAPER_GROUPS.effects if len(members[e.claim]) >= 2)
-    if judged:  # D5's effects compare the personalized and the global crowd model within a group
-        m = {e.claim: tuple(_matrix(users, c, members[e.claim]) for c in (P_CROWD, G_CROWD)) for e in judged}
-        group_paper = dataclasses.replace(PAPER_GROUPS, effects=judged)
-        effects.append(claims.effects_table(group_paper, m, rng, n_boot=params.bootstrap))
-    ours = {q: h["value"] for q, h in headline.items()}
-    numbers = [claims.paper_vs_ours(PAPER, ours), claims.paper_vs_ours(PAPER_GROUPS, group_values)]
-    both = {k: (models[k], c, dict(global_text=c.global_text)) for k, c in corpora.items()}
+    both = dataclasses.replace(PAPER, numbers=PAPER.numbers + PAPER_GROUPS.numbers, effects=PAPER.effects + judged)
+    c = Conclusion(NAME, params, both)
+    c.headlines({f"top-k-eff, {q}": medians[q].tolist() for q in CONDITIONS if q in medians})
+    pair = lambda e: tuple(_matrix(users, q.removeprefix("top-k-eff, ")) for q in (e.better, e.worse))
+    # D5's effects compare the personalized and the global crowd model within a group
+    group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD, G_CROWD))
+    measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
+    effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    c.effect_rows(sensitivity.diagnose(effects, users, more))
+    c.paper_vs_ours(extra=group_values)
+    text = lambda k: dict(global_text=corpora[k].global_text)
     tables = {
-        "data": pd.concat([c.table().assign(vocabulary=c.global_text) for c in corpora.values()], ignore_index=True),
+        "data": pd.concat([x.table().assign(vocabulary=x.global_text) for x in corpora.values()], ignore_index=True),
         "users": users,
         "summary": summary,
         "groups": group_rows,
         "selection": selection,
-        "training": pd.concat([m.history().assign(**g) for m, _, g in both.values()]),
-        "global_model_cache": pd.concat([m.cache().assign(**g) for m, _, g in both.values()], ignore_index=True),
-        "paper_vs_ours": pd.concat(numbers, ignore_index=True),
-        "effects": sensitivity.diagnose(pd.concat(effects, ignore_index=True), users, more),
+        "training": pd.concat([m.history().assign(**text(k)) for k, m in models.items()]),
+        "global_model_cache": pd.concat([m.cache().assign(**text(k)) for k, m in models.items()], ignore_index=True),
+        "personal_curves": report.personal_curves(rows),
+        "kept_epochs": report.kept_epochs(users),
+        "crowd_overlap": pd.concat([x.overlap(params.personal_train_fraction) for x in corpora.values()]),
     }
-    tables |= {"personal_curves": report.personal_curves(rows), "kept_epochs": report.kept_epochs(users)}
-    tables |= {"crowd_overlap": pd.concat([c.overlap(params.personal_train_fraction) for c in corpora.values()])}
-    tables |= {"on_device": on_device_table} if on_device_table is not None else {}
-    tables |= more or {}
-    notes = dict(
-        paper_config=protocol.config(params), tuned_config=tuned, data=[m.summary() for m in corpora["far"].manifests]
-    )
+    tables |= ({"on_device": on_device_table} if on_device_table is not None else {}) | (more or {})
+    notes = dict(paper_config=protocol.config(params), tuned_config=tuned)
     notes |= dict(model_parameters=common.model_card(models["crowd"].model)["parameters"])
     notes |= dict(global_models_from_cache={k: m.from_cache for k, m in models.items()})
-    result = report.result(NAME, params, corpora["crowd"], tables, headline, wall_time_s, **notes)
+    data = [m.summary() for m in corpora["far"].manifests]
+    result = report.record(c, corpora["crowd"], tables, wall_time_s, data=data, **notes)
     result.models = {"deeptype_lstm_trainable.tflite": flatbuffer} if flatbuffer else {}
     return result
 
@@ -293,7 +289,7 @@ def run(params: Params, speeches=None, log=print):
 
 def paper_table(summary: pd.DataFrame, tuned: dict | None) -> pd.DataFrame:
     """Table 1's layout: global corpus x personalization, median top-k-eff (mean over seeds)."""
-    med, paper = summary.groupby("condition").top_k_eff_median.mean(), report.paper_values(PAPER)
+    med, paper = summary.groupby("condition").top_k_eff_median.mean(), {n.quantity: n.value for n in PAPER.numbers}
     shown = [c for c in CONDITIONS if c != P_TUNED or (c in med.index and tuned)]
     value = lambda c: (*TABLE1[c], med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan))
     rows = [(g, p.format(**(tuned or {})), ours, theirs) for g, p, ours, theirs in map(value, shown)]
