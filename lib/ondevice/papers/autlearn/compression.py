@@ -161,7 +161,11 @@ def _within_budget(tried, evaluate, base_acc: float, max_drop: float, log):
     return chosen
 
 
-ROLE = {"magnitude pruning": "our ablation (not the paper's technique)"}
+ROLE = {
+    "structured pruning": "the paper's technique (Sec. 3.5)",
+    "SVD": "the paper's (Sec. 3.2 calls its compression SVD-based)",
+    "magnitude pruning": "our ablation (not the paper's technique)",
+}
 
 
 def summary(compression: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
@@ -175,7 +179,7 @@ def summary(compression: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     ):
         ref = base.loc[[(model, batch, u) for u in sub.user]]
         comp = compression[(compression.model == model) & (compression.method == method)].iloc[0]
-        row = dict(model=model, batch=batch, method=method, role=ROLE.get(method, "the paper's technique"))
+        row = dict(model=model, batch=batch, method=method, role=ROLE[method])
         row |= dict(detail=comp.detail, work_removed=1 - np.median(sub.gflops.to_numpy() / ref.gflops.to_numpy()))
         row |= dict(accuracy_lost=comp.accuracy_drop, within_budget=bool(comp.within_budget))
         rows.append(row | dict(time_saved=1 - np.median(sub.epoch_seconds.to_numpy() / ref.epoch_seconds.to_numpy())))
