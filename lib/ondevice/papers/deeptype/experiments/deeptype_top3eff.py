@@ -239,6 +239,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
     group_rows, group_values = group_table(users)
     members = {e.claim: groups.index[groups == e.claim.split()[-2]] for e in PAPER_GROUPS.effects}
     judged = tuple(e for e in PAPER_GROUPS.effects if len(members[e.claim]) >= 2)
+    # Table 1's and D5's facts as one paper; D5's effects judged only in groups of two users or more
     both = dataclasses.replace(PAPER, numbers=PAPER.numbers + PAPER_GROUPS.numbers, effects=PAPER.effects + judged)
     c = Conclusion(NAME, params, both)
     c.headlines({f"top-k-eff, {q}": medians[q].tolist() for q in CONDITIONS if q in medians})
