@@ -109,7 +109,7 @@ def test_energy_experiment(setup, created, monkeypatch):
     built, real = [], protocol.personal_trainer
     monkeypatch.setattr(protocol, "personal_trainer", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
     with pytest.raises(AttributeError):  # no energy meters given: it stops once its trainers are built
-        energy_exp.personalize(params_of(energy_exp), corpus, models, None, log=lambda _: None)
+        energy_exp.personalize(params_of(energy_exp), corpus, models, None, None, log=lambda _: None)
     assert built and set(created) == {MINE}
 
 
