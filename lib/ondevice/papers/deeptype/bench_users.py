@@ -1,0 +1,123 @@
+"""`make bench`: K users' personal training steps as one batched step (`training.many_users`) against
+K separate steps, at DeepType's personal batch (16) and the scale's model (not a test).
+
+    python -m ondevice.papers.deeptype.bench_users [--scale default] [--users 20] [--length 12] [--repeats 10]
+
+Throughput is users x samples per second. Three ways to run one step of each of K users, each user
+with its own batch: (a) `ManyUsers` with K users, one call; (b) `ManyUsers` with one user, K calls
+(the same computation, separately); (c) the per-user `Step` (what `Trainer` and the exports run), K
+calls. The three are timed in alternation, round after round, so that load from other processes on
+the machine falls on all of them alike; the printed numbers are medians over the rounds. The
+personal regime is DeepType's: SGD at 1.0, gradients clipped at norm 5, loss summed per sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (else the platform's processor string)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        return names[0] if names else platform.processor() or "unknown"
+    except OSError:
+        return platform.processor() or "unknown"
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, load average {load:.1f} at start"
+
+
+def round_seconds(ways: dict, rounds: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds of each way (a function running one step of every user) over `rounds` rounds,
+    each round running every way once, after `warmup` untimed rounds."""
+    times = {name: [] for name in ways}
+    for r in range(warmup + rounds):
+        for name, fn in ways.items():
+            start = time.perf_counter()
+            fn()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def ways_to_step(model, users: int, batches: list) -> dict:
+    """The three ways (a, b, c) to run one personal step of each user on its batch."""
+    from ondevice.tasks.next_word import NextWordTask
+    from ondevice.training.many_users import ManyUsers
+    from ondevice.training.step import Step
+
+    task = NextWordTask(loss_per="sample")
+    regime = dict(learning_rate=1.0, optimizer="sgd", clip_norm=5.0)
+    together, alone = ManyUsers(model, task, users, **regime), ManyUsers(model, task, 1, **regime)
+    step = Step(model, task, **regime)
+    tokens, labels = (np.stack([b[i] for b in batches]) for i in (0, 1))
+    ones = np.ones(users, np.float32)
+    rows = ones * tokens.shape[1]
+    one = np.ones(1, np.float32)
+
+    def each_alone():
+        for x, y in batches:
+            alone.train(x[None], y[None], one * x.shape[0], one, one).numpy()
+
+    def each_step():
+        for x, y in batches:
+            float(step.train(x, y)["loss"])
+
+    return {
+        f"(a) {users} users in one batched step": lambda: together.train(tokens, labels, rows, ones, ones).numpy(),
+        f"(b) {users} batched steps of one user": each_alone,
+        f"(c) {users} per-user Step calls": each_step,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Throughput of K users' personal steps batched vs separate.")
+    ap.add_argument("--scale", default="default", choices=("smoke", "default", "paper"))
+    ap.add_argument("--users", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--length", type=int, default=12, help="sequence length of the timed batches (samples: ~12)")
+    ap.add_argument("--repeats", type=int, default=10, help="timed rounds")
+    args = ap.parse_args(argv)
+
+    from ondevice.data.typing_samples import CHARS
+    from ondevice.models import lstm_lm
+    from ondevice.tasks.typing_protocol import MODEL_PRESETS, DeepTypeParams
+
+    preset = MODEL_PRESETS[args.scale]
+    fields = ("vocab_size", "embedding_dim", "hidden_units", "lstm_layers")
+    words, embedding, hidden, layers = (preset.get(f, getattr(DeepTypeParams, f)) for f in fields)
+    config = lstm_lm.LSTMConfig(words + len(CHARS), words, embedding, hidden, layers)
+    model, rng = lstm_lm.build(config, seed=0), np.random.default_rng(0)
+    shape = (args.batch, args.length)
+    batches = [
+        (rng.integers(2, config.input_vocab, shape, dtype=np.int32), rng.integers(2, words, shape, dtype=np.int32))
+        for _ in range(args.users)
+    ]
+    print(f"ondevice bench, many users: {machine()}, medians of {args.repeats} rounds")
+    print(
+        f"  {args.scale} model (vocabulary {words}, embedding {embedding}, {layers} x LSTM {hidden}), "
+        f"{args.users} users x batch {args.batch} x length {args.length}, SGD 1.0 clip 5"
+    )
+    seconds = round_seconds(ways_to_step(model, args.users, batches), args.repeats)
+    samples = args.users * args.batch
+    together = samples / next(iter(seconds.values()))
+    for name, s in seconds.items():
+        rate = samples / s
+        print(f"  {name:40s} {s * 1e3:9.1f} ms  {rate:9.0f} user-samples/s  together x{together / rate:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
