@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from ondevice.papers.deeptype.bench_measures import gemm_flops, step_flops
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -111,12 +113,28 @@ def main(argv=None) -> int:
         f"{args.users} users x batch {args.batch} x length {args.length}, SGD 1.0 clip 5"
     )
     seconds = round_seconds(ways_to_step(model, args.users, batches), args.repeats)
-    samples = args.users * args.batch
+    report(seconds, args.users * args.batch, step_flops(config, args.batch, args.length)[0] * args.users)
+    return 0
+
+
+def report(seconds: dict[str, float], samples: int, flops: float) -> None:
+    """Each way's throughput, the batched step's ratio over it, and the ceiling: the FLOPs of the K
+    steps at this run's GEMM rate; a way already near it cannot be beaten by much (the softmax, 3/4
+    of a step's FLOPs, is one product of 16 x length rows that runs near that rate for one user)."""
+    peak = gemm_flops()
     together = samples / next(iter(seconds.values()))
     for name, s in seconds.items():
         rate = samples / s
-        print(f"  {name:40s} {s * 1e3:9.1f} ms  {rate:9.0f} user-samples/s  together x{together / rate:.2f}")
-    return 0
+        print(
+            f"  {name:40s} {s * 1e3:9.1f} ms {rate:7.0f} user-samples/s {flops / s / 1e9:6.1f} GFLOP/s "
+            f"= {flops / s / peak:4.0%} of GEMM; together x{together / rate:.2f}"
+        )
+    ceiling = peak / flops * samples
+    print(
+        f"  ceiling: the steps' FLOPs at this run's GEMM rate ({peak / 1e9:.1f} GFLOP/s) = {ceiling:.0f} user-samples/s"
+    )
+    ratios = [together * s / samples for s in seconds.values()][1:]
+    print(f"  batched users (target x3): x{ratios[0]:.2f} over separate steps, x{ratios[1]:.2f} over per-user Steps")
 
 
 if __name__ == "__main__":
