@@ -145,3 +145,39 @@ def test_bad_input_is_a_clear_error(setup):
     dropout = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12, dropout=0.5), seed=3)
     with pytest.raises(ValueError, match="not supported"):
         ManyUsers(dropout, task, 2, 0.1)
+
+
+@pytest.mark.slow(reason="the smoke split's users personalized twice (alone and together), about 50 s")
+def test_deeptype_personalization_together_gives_each_users_metrics(speeches):
+    """`protocol.Personal.train_together` against `Personal.train` one user at a time, on the smoke
+    split's test users with the smoke model's shape (its own real text, a hold-out stopping each):
+    the same kept epoch and steps, the test perplexity and hold-out curve within the rounding of
+    the training chain, and top-k-eff within one word's characters (a rank tie that rounding flips)."""
+    from ondevice.data import per_user_text
+    from ondevice.papers.deeptype import protocol
+    from ondevice.papers.deeptype.experiments import deeptype_top3eff as top3
+    from ondevice.tasks import typing_protocol
+
+    params = top3.Params.for_scale("smoke", seeds=1, personal_epochs=2)
+    corpus = per_user_text.load_corpus(params, speeches, log=lambda _: None)
+    config = typing_protocol.model_config(params, corpus)
+    model = lstm_lm.build(config, seed=1)
+    start, personal = model.get_weights(), protocol.Personal(params, model)
+    parts = [corpus.personal_parts(u, params) for u in corpus.split.test]
+    alone = [
+        personal.train((f, t), start, params, np.random.default_rng(k), held=h)[0] for k, (f, h, t) in enumerate(parts)
+    ]
+    rngs = [np.random.default_rng(k) for k in range(len(parts))]
+    together = personal.train_together([(f, t) for f, _, t in parts], start, params, rngs, [h for _, h, _ in parts])
+    assert len(together) == len(parts) >= 2
+    for (fit, _, test), a, [b] in zip(parts, alone, together):
+        assert (a["kept_epoch"], a["steps"], a["steps_run"]) == (b["kept_epoch"], b["steps"], b["steps_run"])
+        longest = int(max(fit.lengths.max(), test.lengths.max()))
+        step = lstm_terms(longest, config.embedding_dim, config.hidden_units) + config.hidden_units + 1
+        terms = a["steps_run"] * (step + config.output_vocab + params.personal_batch_size * longest)
+        curve = np.asarray(a["_curve"])
+        moved = np.abs(curve - curve[0]).max()
+        np.testing.assert_allclose(b["_curve"], curve, rtol=0, atol=float32_deep_tolerance(terms, moved))
+        change = abs(np.log(a["perplexity"]) - np.log(personal.score_weights(start, test)["perplexity"]))
+        assert abs(np.log(b["perplexity"]) - np.log(a["perplexity"])) <= float32_deep_tolerance(terms, change)
+        assert abs(b["top_k_eff"] - a["top_k_eff"]) <= test.word_len.max() / test.word_len.sum()
