@@ -81,7 +81,40 @@ def ways_to_step(model, users: int, batches: list) -> dict:
         f"(a) {users} users in one batched step": lambda: together.train(tokens, labels, rows, ones, ones).numpy(),
         f"(b) {users} batched steps of one user": each_alone,
         f"(c) {users} per-user Step calls": each_step,
+    }, step_parts(together, tokens, labels, rows)
+
+
+def step_parts(many, tokens, labels, rows) -> dict:
+    """Pieces of the batched step (a), each a compiled function on its shapes: where its time goes."""
+    import tensorflow as tf
+
+    from ondevice.training.many_users import cross_entropy, dense_layer, lstm_layer
+
+    w = [tf.convert_to_tensor(v) for v in many.stacked]
+    embedded = many.embed(tokens)
+    below = embedded
+    for at in range(1, len(w) - 2, 3):
+        below = lstm_layer(below, *w[at : at + 3])
+
+    def gradients(fn, *inputs):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            total = tf.reduce_sum(fn(*inputs))
+        return tape.gradient(total, inputs)
+
+    def lstm(x, *weights):
+        for at in range(0, len(weights), 3):
+            x = lstm_layer(x, *weights[at : at + 3])
+        return x
+
+    parts = {
+        "forward + loss": lambda: many.losses(embedded, labels, rows),
+        "LSTM layers, forward + backward": lambda: gradients(lstm, embedded, *w[1:-2]),
+        "softmax + cross-entropy, forward + backward": lambda: gradients(
+            lambda h, k: cross_entropy(dense_layer(h, k, w[-1]), labels), below, w[-2]
+        ),
     }
+    return {name: (lambda f=tf.function(fn): tf.nest.map_structure(np.asarray, f())) for name, fn in parts.items()}
 
 
 def main(argv=None) -> int:
@@ -112,8 +145,17 @@ def main(argv=None) -> int:
         f"  {args.scale} model (vocabulary {words}, embedding {embedding}, {layers} x LSTM {hidden}), "
         f"{args.users} users x batch {args.batch} x length {args.length}, SGD 1.0 clip 5"
     )
-    seconds = round_seconds(ways_to_step(model, args.users, batches), args.repeats)
-    report(seconds, args.users * args.batch, step_flops(config, args.batch, args.length)[0] * args.users)
+    ways, parts = ways_to_step(model, args.users, batches)
+    seconds = round_seconds({**ways, **parts}, args.repeats)
+    report(
+        {n: seconds[n] for n in ways},
+        args.users * args.batch,
+        step_flops(config, args.batch, args.length)[0] * args.users,
+    )
+    full = next(iter(seconds.values()))
+    print("  where (a)'s time goes (ms, share of (a); timed alone, so shares need not add up):")
+    for name in parts:
+        print(f"    {name:44s} {seconds[name] * 1e3:8.1f}  {seconds[name] / full:5.0%}")
     return 0
 
 
