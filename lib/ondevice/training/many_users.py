@@ -198,26 +198,27 @@ class ManyUsers(tf.Module):
             total = tf.reduce_sum(losses)
         grads = tape.gradient(total, [*dense, embedded] if embedding else dense)
         grads, per_position = (grads[:-1], grads[-1]) if embedding else (grads, None)
+        scale = tf.ones_like(active)
         if self.clip_norm:  # tf.clip_by_global_norm per user: t * clip / max(norm, clip)
             squares = [tf.reduce_sum(g * g, axis=tf.range(1, tf.rank(g))) for g in grads]
             if embedding:
                 squares.append(tf.reduce_sum(per_position * per_position, axis=[1, 2, 3]))
             scale = self.clip_norm * tf.minimum(tf.math.rsqrt(tf.add_n(squares)), 1.0 / self.clip_norm)
-            grads = [g * _per_user(scale, g) for g in grads]
-            per_position = per_position * _per_user(scale, per_position) if embedding else None
         users = tf.broadcast_to(tf.range(self.users)[:, None, None], tf.shape(tokens))
         rows = tf.stack([users, tokens], axis=-1)
-        if self.optimizer_name == "sgd":
+        if self.optimizer_name == "sgd":  # clipping and the rate in one product: one pass over each gradient
+            step = scale * rate * active
             for v, g in zip(dense, grads):
-                v.assign_sub(g * _per_user(rate * active, g))
+                v.assign_sub(g * _per_user(step, g))
             if embedding:
-                self.stacked[0].scatter_nd_sub(rows, per_position * _per_user(rate * active, per_position))
+                self.stacked[0].scatter_nd_sub(rows, per_position * _per_user(step, per_position))
         else:
+            grads = [g * _per_user(scale, g) for g in grads]
             if embedding:
-                dense, grads = (
-                    [self.stacked[0], *dense],
-                    [tf.scatter_nd(rows, per_position, self.stacked[0].shape), *grads],
+                embedded_grads = tf.scatter_nd(
+                    rows, per_position * _per_user(scale, per_position), self.stacked[0].shape
                 )
+                dense, grads = [self.stacked[0], *dense], [embedded_grads, *grads]
             self._adam(dense, grads, active, rate)
         return losses
 

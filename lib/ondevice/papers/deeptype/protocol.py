@@ -10,6 +10,7 @@ A user's online batches, as the keyboard feeds them and as `export` writes them,
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Callable, Sequence
 
@@ -111,6 +112,25 @@ def personalize_together(
     return histories
 
 
+def group_jobs(seeds, users: list, n: int, fn, data: Callable) -> list:
+    """`engine` jobs of `fn(seed, users, data)` for every seed and group of `n` users (in order); a
+    one-user job keeps the key it has always had (`seed=S/user=U`), so earlier runs resume."""
+    from ondevice import engine
+
+    groups = [(s, list(users[i : i + n])) for s in seeds for i in range(0, len(users), n)]
+    key = lambda s, g: f"seed={s}/user{'s' * (n > 1)}={'+'.join(g)}"  # noqa: E731
+    return [engine.Job(key(s, g), fn, dict(seed=s, users=g, data=[data(u) for u in g])) for s, g in groups]
+
+
+def log_users(rows: list[dict], log) -> None:
+    """One line per seed and user of `rows` (in order): its personal words and each condition's top-k-eff."""
+    for (seed, user, words), got in itertools.groupby(rows, lambda r: (r["seed"], r["user"], r["train_words"])):
+        log(
+            f"seed={seed}/user={user} ({words} personal words): "
+            + ", ".join(f"{r['condition']} {r['top_k_eff']:.3f}" for r in got)
+        )
+
+
 def config(params) -> dict:
     """The personal configuration of `params`: optimizer, learning rate and epochs."""
     return {k: getattr(params, field) for k, field in FIELDS.items()}
@@ -201,6 +221,14 @@ class Personal:
             self.model.set_weights(many.user_weights(k))
             results.append([self.result(history, self.model, test, self.shifts(train, start), True)])
         return results
+
+    def train_users(self, data: list, start, params, rngs: list, schedule=None) -> list[dict]:
+        """One `train` row per user of `data` ((train, held, test) each, from `start`): trained
+        together when there are several and each has a hold-out, else one at a time."""
+        if len(data) > 1 and all(held is not None for _, held, _ in data):
+            fits, held = [(train, test) for train, _, test in data], [held for _, held, _ in data]
+            return [r[0] for r in self.train_together(fits, start, params, rngs, held, schedule)]
+        return [self.train((f, t), start, params, r, held=h, schedule=schedule)[0] for (f, h, t), r in zip(data, rngs)]
 
     def result(self, history: History, model, test, shifts, held: bool) -> dict:
         """A personalized model's row: test scores, shifts, steps to the epoch kept and run, seconds."""
