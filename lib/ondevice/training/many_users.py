@@ -61,16 +61,48 @@ def lstm_layer(x, kernel, recurrent, bias):
     """Keras' LSTM (gates i, f, c, o; zero initial state) for K users at once: x [K, B, T, D] with
     kernel [K, D, 4H], recurrent [K, H, 4H], bias [K, 4H] -> outputs [K, B, T, H]."""
     inputs = tf.transpose(dense_layer(x, kernel, bias), [2, 0, 1, 3])  # time-major [T, K, B, 4H]
-    zeros = tf.zeros(tf.concat([tf.shape(x)[:2], tf.shape(recurrent)[1:2]], 0), x.dtype)
+    return tf.transpose(recurrence(inputs, recurrent), [1, 2, 0, 3])
+
+
+@tf.custom_gradient
+def recurrence(inputs, recurrent):
+    """The LSTM's time loop on the input projections [T, K, B, 4H] -> hidden states [T, K, B, H],
+    with its backward pass written out: only dz_t @ U' runs inside the reverse loop; the recurrent
+    kernel's gradient is one batched product over all steps afterwards (autodiff of the loop ran
+    the per-step weight gradients and the loop's bookkeeping in the loop)."""
+    zeros = tf.zeros(tf.concat([tf.shape(inputs)[1:3], tf.shape(recurrent)[1:2]], 0), inputs.dtype)
 
     def cell(state, z):
-        h, c = state
+        h, c = state[0], state[1]
         i, f, g, o = tf.split(z + tf.matmul(h, recurrent), 4, axis=-1)
-        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-        return tf.sigmoid(o) * tf.tanh(c), c
+        i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), tf.tanh(g), tf.sigmoid(o)
+        c = f * c + i * g
+        return o * tf.tanh(c), c, tf.concat([i, f, g, o], -1)
 
-    outputs, _ = tf.scan(cell, inputs, initializer=(zeros, zeros))
-    return tf.transpose(outputs, [1, 2, 0, 3])
+    h, c, gates = tf.scan(cell, inputs, initializer=(zeros, zeros, tf.zeros_like(inputs[0])))
+
+    def gradient(upstream):
+        before = tf.concat([zeros[None], c[:-1]], 0)  # c_{t-1}
+
+        def back(carry, step):
+            dh_next, dc_next, _ = carry
+            dh, gate, c_t, c_prev = step
+            i, f, g, o = tf.split(gate, 4, axis=-1)
+            dh, tanh_c = dh + dh_next, tf.tanh(c_t)
+            dc = dh * o * (1 - tanh_c * tanh_c) + dc_next
+            dz = tf.concat(
+                [dc * g * i * (1 - i), dc * c_prev * f * (1 - f), dc * i * (1 - g * g), dh * tanh_c * o * (1 - o)], -1
+            )
+            return tf.matmul(dz, recurrent, transpose_b=True), dc * f, dz
+
+        _, _, dz = tf.scan(
+            back, (upstream, gates, c, before), initializer=(zeros, zeros, tf.zeros_like(inputs[0])), reverse=True
+        )
+        previous = tf.concat([zeros[None], h[:-1]], 0)  # h_{t-1}: [T, K, B, H]
+        flat = lambda t: tf.reshape(tf.transpose(t, [1, 0, 2, 3]), tf.stack([tf.shape(t)[1], -1, tf.shape(t)[3]]))  # noqa: E731
+        return dz, tf.matmul(flat(previous), flat(dz), transpose_a=True)
+
+    return h, gradient
 
 
 def dense_layer(x, kernel, bias):

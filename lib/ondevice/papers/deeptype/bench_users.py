@@ -124,7 +124,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--length", type=int, default=12, help="sequence length of the timed batches (samples: ~12)")
     ap.add_argument("--repeats", type=int, default=10, help="timed rounds")
+    ap.add_argument("--threads", type=int, default=0, help="TensorFlow's intra-op threads (0: its default, the CPUs)")
     args = ap.parse_args(argv)
+    if args.threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
     from ondevice.data.typing_samples import CHARS
     from ondevice.models import lstm_lm
@@ -140,7 +145,8 @@ def main(argv=None) -> int:
         (rng.integers(2, config.input_vocab, shape, dtype=np.int32), rng.integers(2, words, shape, dtype=np.int32))
         for _ in range(args.users)
     ]
-    print(f"ondevice bench, many users: {machine()}, medians of {args.repeats} rounds")
+    threads = f"{args.threads} intra-op threads" if args.threads else "TensorFlow's default threads"
+    print(f"ondevice bench, many users: {machine()}, {threads}, medians of {args.repeats} rounds")
     print(
         f"  {args.scale} model (vocabulary {words}, embedding {embedding}, {layers} x LSTM {hidden}), "
         f"{args.users} users x batch {args.batch} x length {args.length}, SGD 1.0 clip 5"
