@@ -181,3 +181,19 @@ def test_deeptype_personalization_together_gives_each_users_metrics(speeches):
         change = abs(np.log(a["perplexity"]) - np.log(personal.score_weights(start, test)["perplexity"]))
         assert abs(np.log(b["perplexity"]) - np.log(a["perplexity"])) <= float32_deep_tolerance(terms, change)
         assert abs(b["top_k_eff"] - a["top_k_eff"]) <= test.word_len.max() / test.word_len.sum()
+
+
+def test_user_groups_keep_the_one_user_job_keys_and_cover_every_user_in_order():
+    """`users_together` 1 leaves the personalization jobs (keys, users) as they were, so runs resume."""
+    from ondevice.papers.deeptype import protocol
+
+    users = ["a/A", "b/B", "c/C"]
+    one = protocol.group_jobs([0, 1], users, 1, len, lambda u: u.lower())
+    assert [j.key for j in one] == [f"seed={s}/user={u}" for s in (0, 1) for u in users]
+    assert [j.kwargs for j in one][:2] == [
+        dict(seed=0, users=["a/A"], data=["a/a"]),
+        dict(seed=0, users=["b/B"], data=["b/b"]),
+    ]
+    two = protocol.group_jobs([0], users, 2, len, lambda u: u)
+    assert [j.key for j in two] == ["seed=0/users=a/A+b/B", "seed=0/users=c/C"]
+    assert [u for j in two for u in j.kwargs["users"]] == users

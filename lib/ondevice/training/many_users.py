@@ -52,7 +52,7 @@ def layer_kinds(model: keras.Model) -> list[tuple[str, str, int]]:
             kinds.append(("dense", layer.name, 2))
         else:
             raise ValueError(f"layer {layer.name!r} ({type(layer).__name__}) is not supported by many_users")
-    if not kinds or kinds[0][0] != "embedding":
+    if not kinds or kinds[0][0] != "embedding" or any(kind == "embedding" for kind, _, _ in kinds[1:]):
         raise ValueError("many_users trains embedding -> LSTM -> dense models (models.lstm_lm)")
     return kinds
 
@@ -134,8 +134,8 @@ def cross_entropy(logits, labels):
 
 class ManyUsers(tf.Module):
     """K users' copies of one model, trained together: `train` is one step of every active user;
-    `fit` runs each user's epochs with its own batches and stopping rule; `reset` starts again
-    from one weight set (copied to every user) or K weight sets. `model` is used to read the
+    `fit` runs each user's epochs with its own batches and stopping rule; `reset` starts every user
+    again from one weight set, `reset_each` each from its own. `model` is used to read the
     architecture and, during `fit`, to hold one user's weights for `evaluate`."""
 
     def __init__(
