@@ -88,13 +88,11 @@ def step_parts(many, tokens, labels, rows) -> dict:
     """Pieces of the batched step (a), each a compiled function on its shapes: where its time goes."""
     import tensorflow as tf
 
-    from ondevice.training.many_users import cross_entropy, dense_layer, lstm_layer
+    from ondevice.training.many_users import lstm_layer
 
     w = [tf.convert_to_tensor(v) for v in many.stacked]
     embedded = many.embed(tokens)
-    below = embedded
-    for at in range(1, len(w) - 2, 3):
-        below = lstm_layer(below, *w[at : at + 3])
+    below = many.hidden(embedded)
 
     def gradients(fn, *inputs):
         with tf.GradientTape() as tape:
@@ -111,7 +109,7 @@ def step_parts(many, tokens, labels, rows) -> dict:
         "forward + loss": lambda: many.losses(embedded, labels, rows),
         "LSTM layers, forward + backward": lambda: gradients(lstm, embedded, *w[1:-2]),
         "softmax + cross-entropy, forward + backward": lambda: gradients(
-            lambda h, k: cross_entropy(dense_layer(h, k, w[-1]), labels), below, w[-2]
+            lambda h, _: many.output_sums(h, labels), below, many.stacked[-2]
         ),
     }
     return {name: (lambda f=tf.function(fn): tf.nest.map_structure(np.asarray, f())) for name, fn in parts.items()}
