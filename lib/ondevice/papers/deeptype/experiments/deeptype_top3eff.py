@@ -65,6 +65,7 @@ class Params(typing_protocol.DeepTypeParams):
     step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
+    users_together: int = 1  # test users personalized at once (`training.many_users`; same rows to float32 rounding)
 
     PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
 
@@ -72,7 +73,7 @@ class Params(typing_protocol.DeepTypeParams):
         super().check()
         grid = bool(self.sgd_lr_grid or self.adam_lr_grid)
         self.at_least(0, "tflite_check_steps", "step_size_tie")
-        self.at_least(1, "personal_epochs")
+        self.at_least(1, "personal_epochs", "users_together")
         for name in ("sgd_lr_grid", "adam_lr_grid"):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
@@ -120,13 +121,13 @@ def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> protocol.Person
     return protocol.Personal(params, lstm_lm.build(config))
 
 
-def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
-    """One (seed, test user) on the engine: each global model as it is and personalised (the chosen
-    step-size reading; the crowd's also the other), and a model of the user's data alone; every draw
-    from the user's own streams, so rows do not depend on where it runs."""
+def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> list[dict]:
+    """A seed's `users_together` test users: each global model as it is and personalised (chosen step-size reading;
+    the crowd's also the other), and a model of the user's data alone; each user's own random streams."""
     p, w, main, tuned = shared["params"], shared["weights"], shared["reading"], shared["tuned"]
     personal = lambda name: _personal_for(p, shared["configs"][name])
-    rows = [_row(seed, user, g, data[n], personal(n).score_weights(w[n][seed], data[n][2])) for g, n in GLOBALS]
+    score = lambda u, d, g, n: _row(seed, u, g, d[n], personal(n).score_weights(w[n][seed], d[n][2]))  # noqa: E731
+    rows = {u: [score(u, d, g, n) for g, n in GLOBALS] for u, d in zip(users, data)}
     runs = [(P_CROWD, "crowd", p, main), (P_FAR, "far", p, main), (P_ONLY, "crowd", p, None)]
     runs += [(P_OTHER, "crowd", p, step_size.other(main))]
     runs += [(P_TUNED, "crowd", protocol.with_config(p, tuned), None)] if tuned else []
@@ -134,14 +135,14 @@ def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
         scratch = condition == P_ONLY
         start, stream = (shared["scratch"][seed], "personal-only") if scratch else (w[name][seed], "personal")
         rates = step_size.schedule(p, reading, shared["kept"][name][seed]) if reading else None
-        (fit, held, test), rng = data[name], streams.rng(seed, f"{stream}/{user}")
-        got = personal(name).train((fit, test), start, q, rng, held=held, schedule=rates)[0]
-        rows.append(_row(seed, user, condition, data[name], got))
-    return rows
+        rngs = [streams.rng(seed, f"{stream}/{u}") for u in users]
+        for u, d, g in zip(users, data, personal(name).train_users([d[name] for d in data], start, q, rngs, rates)):
+            rows[u].append(_row(seed, u, condition, d[name], g))
+    return [r for u in users for r in rows[u]]
 
 
 def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
-    """Every (seed, test user) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
+    """Every (seed, group of test users) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
     `reading`: the personal step size (`step_size.select`)."""
     p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
@@ -155,13 +156,11 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
         "kept": {k: {s: step_size.kept_epoch(m, s) for s in p.seed_list} for k, m in models.items()},
     }
     data = lambda user: {k: c.personal_parts(user, p) for k, c in corpora.items()}
-    pairs = itertools.product(p.seed_list, corpora["crowd"].split.test)
-    jobs = [engine.Job(f"seed={s}/user={u}", user_job, dict(seed=s, user=u, data=data(u))) for s, u in pairs]
+    jobs = protocol.group_jobs(p.seed_list, corpora["crowd"].split.test, p.users_together, users_job, data)
     results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"{NAME}-personalize"), log=log)
-    for job, got in zip(jobs, results):
-        scores = ", ".join(f"{r['condition']} {r['top_k_eff']:.3f}" for r in got)
-        log(f"{job.key} ({got[0]['train_words']} personal words): {scores}")
-    return [r for got in results for r in got]
+    rows = [r for got in results for r in got]
+    protocol.log_users(rows, log)
+    return rows
 
 
 def control(params: Params, corpora: dict, models: dict, reading: str, log=print) -> list[dict]:
