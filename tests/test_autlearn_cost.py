@@ -365,3 +365,45 @@ def test_profiled_ops_are_read_into_the_parts_of_the_step():
         "NotEqual:NotEqual": "other",
     }
     assert {op: part_of(op) for op in known} == known
+
+
+def toy_cloud():
+    """A linear classifier trained to fit separable points, and a `retraining.Cloud` that re-trains it
+    by real Adam steps on its training points and scores it on two held-out parts."""
+    from ondevice.papers.autlearn.retraining import Cloud
+    from ondevice.tasks.classification import ClassificationTask
+    from ondevice.training.trainer import Trainer
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 2)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0.3).astype(np.int64)
+    task, train = ClassificationTask((2,), 2), (x[:200], y[:200])
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, kernel_initializer="zeros")])
+    Trainer(model, task, 0.05, "adam").fit(train, 30, 16, np.random.default_rng(1))
+    fit = lambda m, rate, tag="": Trainer(m, task, rate, "adam").fit(train, 1, 16, np.random.default_rng(2))
+    top1 = lambda m, part: float((m(x[part]).numpy().argmax(-1) == y[part]).mean())
+    judged, selection = slice(200, 300), slice(300, 400)
+    return model, Cloud(lambda m: top1(m, judged), lambda m: (top1(m, judged), top1(m, selection)), fit)
+
+
+def test_retraining_control_holds_at_the_chosen_rate_and_fails_at_a_destructive_one():
+    from ondevice.papers.autlearn import retraining
+
+    model, cloud = toy_cloud()
+    base_acc, start = cloud.evaluate(model), model.get_weights()
+    assert base_acc > 0.9
+    rate, trials = retraining.choose_rate(model, cloud, [30.0, 1e-4], log=lambda *_: None)
+    assert [t.rate for t in trials] == [1e-4, 30.0] and [t.chosen for t in trials] == [True, False]
+    assert rate == 1e-4 and trials[0].selection_top1 > trials[1].selection_top1
+    assert all(np.array_equal(a, b) for a, b in zip(start, model.get_weights()))  # trials re-train copies
+    checks = retraining.control(model, cloud, rate, trials, base_acc, 0.01, ("a", "b"), log=lambda *_: None)
+    assert [(c.retraining, c.epochs) for c in checks] == [("pruning round", 1), ("SVD", 1), ("SVD", 2)]
+    assert all(c.within_budget for c in checks)
+    assert retraining.reference(base_acc, checks) == max(base_acc, *(c.val_top1 for c in checks))
+    # the known answer catches a re-training that loses accuracy by itself
+    bad = [retraining.RateTrial(30.0, t.selection_top1, t.judged_top1, True) for t in trials if t.rate == 30.0]
+    failed = retraining.control(model, cloud, 30.0, bad, base_acc, 0.01, ("a",), log=lambda *_: None)
+    assert not failed[0].within_budget and not failed[1].within_budget
+    # ties go to the smaller rate
+    flat = retraining.Cloud(lambda m: 0.5, lambda m: (0.5, 0.5), lambda m, rate, tag: None)
+    assert retraining.choose_rate(model, flat, [0.3, 0.1, 0.2], log=lambda *_: None)[0] == 0.1

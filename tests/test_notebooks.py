@@ -280,6 +280,12 @@ def autlearn_cost_sanity(out: Path) -> None:
     assert (sparse.parameters_ratio == 1).all() and (sparse.nonzero_parameters < sparse.parameters).all()
     rounds = pd.read_csv(t / "pruning_rounds.csv")
     assert rounds.groupby("model").within_budget.apply(lambda s: s.iloc[:-1].all()).all()  # only the last may break it
+    control = pd.read_csv(t / "retrain_control.csv")  # the uncompressed model re-trained as a compressed one
+    assert (control.within_budget == (control.val_top1 >= control.uncompressed_top1 - 0.01 - 1e-12)).all()
+    assert set(control.retraining) == {"pruning round", "SVD"} and control.verdict.str.len().gt(0).all()
+    rates = pd.read_csv(t / "retrain_rates.csv")  # one rate per model, the best on the selection hold-out
+    chosen = rates[rates.chosen].set_index("model").selection_top1
+    assert (chosen == rates.groupby("model").selection_top1.max().loc[chosen.index]).all() and len(chosen) == 2
     svd = pd.read_csv(t / "svd_ranks.csv")  # a rank re-trains only until it is inside the budget
     assert not svd.groupby("rank").within_budget.apply(lambda s: s.iloc[:-1].any()).any()
     summary = pd.read_csv(t / "compression_summary.csv")

@@ -14,9 +14,10 @@ from ondevice import streams
 from ondevice.data import femnist
 from ondevice.data.typing_samples import Samples
 from ondevice.models import mobilenet_v1, svd_compression
-from ondevice.papers.autlearn import common
+from ondevice.papers.autlearn import common, retraining
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES
 from ondevice.papers.autlearn.protocol import setting
+from ondevice.papers.autlearn.retraining import Cloud
 from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning, svd_rank
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
@@ -34,51 +35,72 @@ class Compressed:
     head: str
     within_budget: bool = True  # accuracy at most `max_accuracy_drop` below the uncompressed model's
     trials: tuple = ()  # the SVD's re-training epochs per rank (`svd_rank.Trial`)
+    rates: tuple = ()  # uncompressed: the re-training rates tried (`retraining.RateTrial`)
+    checks: tuple = ()  # uncompressed: the re-training's known-answer control (`retraining.Check`)
+    budget_from: float | None = None  # the accuracy the budget is judged from (None: the uncompressed model's)
 
 
 def subset(samples: Samples, n: int, rng) -> Samples:
     """`n` of the samples drawn at random, in their order (all when n is 0 or at least their number)."""
+    return _apart(samples, n, rng)[0]
+
+
+def _apart(samples: Samples, n: int, rng) -> tuple[Samples, Samples]:
+    """(`subset(samples, n, rng)`, the samples it left out)."""
     if not n or n >= len(samples):
-        return samples
+        return samples, _take(samples, np.arange(0))
     idx = np.sort(rng.choice(len(samples), n, replace=False))
+    return _take(samples, idx), _take(samples, np.setdiff1d(np.arange(len(samples)), idx))
+
+
+def _take(samples: Samples, idx: np.ndarray) -> Samples:
     spans = [slice(samples.offsets[j], samples.offsets[j + 1]) for j in idx]
     parts, labels = [samples.inputs[s] for s in spans], [samples.labels[s] for s in spans]
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(samples.offsets.dtype)
     kept = (samples.n_context[idx], samples.word_len[idx], samples.target[idx])
-    return Samples(np.concatenate(parts), np.concatenate(labels), offsets, *kept)
+    empty = lambda a, like: np.concatenate(a) if a else like[:0]
+    return Samples(empty(parts, samples.inputs), empty(labels, samples.labels), offsets, *kept)
 
 
-def cloud_text(params, text: common.TextData):
-    """The LSTM's (evaluate, retrain) in the cloud: top-1 on held-out public samples, re-training on
-    public samples with the pre-training's optimizer."""
-    holdout = subset(
+def cloud_text(params, text: common.TextData) -> Cloud:
+    """The LSTM in the cloud: top-1 on `validation_samples` held-out public samples (the budget's),
+    the rate chosen on `retrain_selection_samples` others, re-training on public samples by Adam."""
+    holdout, rest = _apart(
         text.public_holdout, params.validation_samples, streams.rng(params.seed, "autlearn-cost/cloud-text")
     )
+    if not len(rest):
+        raise ValueError("'validation_samples' leaves no held-out public sample to choose the re-training rate on")
+    selection = subset(rest, params.retrain_selection_samples, streams.rng(params.seed, "autlearn-cost/selection"))
+    evaluate = lambda model: common.score_text(model, holdout, params.k)["top1"]
 
-    def retrain(model, tag: str = ""):
+    def retrain(model, rate: float, tag: str = ""):
         """One re-training pass; a `tag` (the SVD's rank and epoch) draws its own public samples."""
-        trainer = Trainer(model, NextWordTask(params.k), params.pretrain_learning_rate, "adam", hooks=[EqualLength()])
+        trainer = Trainer(model, NextWordTask(params.k), rate, "adam", hooks=[EqualLength()])
         draw = streams.rng(params.seed, "autlearn-cost/retrain-sample" + (f"/{tag}" if tag else ""))
         sub = subset(text.public_train, params.retrain_samples, draw)
         rng = streams.rng(params.seed, "autlearn-cost/retrain")
         trainer.fit(sub, params.retrain_epochs, params.pretrain_batch_size, rng)
 
-    return (lambda model: common.score_text(model, holdout, params.k)["top1"]), retrain
+    scores = lambda model: (evaluate(model), common.score_text(model, selection, params.k)["top1"])
+    return Cloud(evaluate, scores, retrain)
 
 
-def cloud_image(params, images: common.ImageData, writers, pre: common.Pretrained):
-    """MobileNet's (evaluate, retrain) in the cloud: a backbone's score is the top-1 on the cloud
-    writers' test images of a head fitted on their training images (features once). ImageNet is not
-    here, so a pruned model re-trains (the paper: "after pruning the model must be re-trained") on
-    the cloud writers' training images, every layer, by Adam at `cloud_retrain_learning_rate`."""
-    train, test, head_name = images.pooled(writers), images.pooled(writers, ("test",)), LAST_LAYER["image"]
+def cloud_image(params, images: common.ImageData, writers, pre: common.Pretrained) -> Cloud:
+    """MobileNet in the cloud: a backbone's score is the top-1 on the cloud writers' test images of a
+    head fitted on their training images (features once), less a random `retrain_selection_fraction`
+    of them, the selection hold-out the re-training rate is chosen on. ImageNet is not here, so a
+    pruned model re-trains (the paper: "after pruning the model must be re-trained") on those
+    training images, every layer (BatchNorm in inference mode, `pruning.flatten`), by Adam."""
+    (x, y), test, head_name = images.pooled(writers), images.pooled(writers, ("test",)), LAST_LAYER["image"]
+    held = streams.rng(params.seed, "autlearn-cost/selection-images").random(len(y)) < params.retrain_selection_fraction
+    train, selection = (x[~held], y[~held]), (x[held], y[held])
     s = setting(params, "image")
 
-    def retrain(model):
-        trainer = Trainer(model, common.image_task(), params.cloud_retrain_learning_rate, "adam")
+    def retrain(model, rate: float, tag: str = ""):
+        trainer = Trainer(model, common.image_task(), rate, "adam")
         trainer.fit(train, params.retrain_epochs, 32, streams.rng(params.seed, "autlearn-cost/retrain-image"))
 
-    def evaluate(model):
+    def scores(model, parts=(test, selection)):
         feats, head = keras.Model(model.input, model.get_layer(head_name).input), mobilenet_v1.head_model(model)
         head.get_layer(head_name).set_weights(pre.model.get_layer(head_name).get_weights())
         f = lambda x: np.concatenate([feats(x[i : i + 256], training=False).numpy() for i in range(0, len(x), 256)])
@@ -87,53 +109,77 @@ def cloud_image(params, images: common.ImageData, writers, pre: common.Pretraine
         )
         rng = streams.rng(params.seed, "autlearn-cost/cloud-head")
         trainer.fit((f(train[0]), train[1]), params.cloud_head_epochs, s.batch_size, rng)
-        return float((head(f(test[0]), training=False).numpy().argmax(-1) == test[1]).mean())
+        return tuple(float((head(f(p[0]), training=False).numpy().argmax(-1) == p[1]).mean()) for p in parts)
 
-    return evaluate, retrain
+    return Cloud(lambda model: scores(model, (test,))[0], scores, retrain)
 
 
-def compress(params, kind: str, pre: common.Pretrained, evaluate, retrain, log=print):
-    """The uncompressed public model and each compression within `max_accuracy_drop` of its cloud
-    accuracy, and the structured search's rounds: the paper's structured pruning (`pruning.search`)
-    for both models; for the LSTM also DeepType's SVD of the softmax (re-trained, its rank chosen by
-    `svd_rank.search`) and, as our ablation, magnitude pruning (the highest tried sparsity within the
-    budget; zeroed weights remove no work). MobileNet's FC head (256 x 62) is too small for SVD or sparsity
+def compress(params, kind: str, pre: common.Pretrained, cloud: Cloud, log=print):
+    """The uncompressed public model and each compression within `max_accuracy_drop` of the
+    re-training's reference (`retraining`), and the structured search's rounds: the paper's structured
+    pruning (`pruning.search`) for both models; for the LSTM also DeepType's SVD of the softmax
+    (re-trained, its rank chosen by `svd_rank.search`) and, as our ablation, magnitude pruning (not
+    re-trained: judged from the uncompressed model; the highest tried sparsity within the budget;
+    zeroed weights remove no work). MobileNet's FC head (256 x 62) is too small for SVD or sparsity
     to matter."""
     pre.model.set_weights(pre.weights)
-    base = pruning.flatten(pre.model) if kind == "image" else keras.models.clone_model(pre.model)
-    if kind == "text":
-        base.set_weights(pre.model.get_weights())
+    base = pruning.flatten(pre.model) if kind == "image" else retraining.copy(pre.model)
     layers = pruning.candidates(base)
     if kind == "image" and params.prune_candidates:
         layers = sorted(layers, key=lambda n: -pruning.layer_flops(base.get_layer(n)))[: params.prune_candidates]
     name, head = MODEL_NAMES[kind], LAST_LAYER[kind]
     log_ = lambda m: log(f"{name}: {m}")
+    base_acc = cloud.evaluate(base)
+    uncompressed = Compressed(kind, "uncompressed", base, "the public pre-trained model", base_acc, head)
+    retrain, ref = _retraining(params, kind, uncompressed, cloud, log_)
     search = dict(step=params.prune_step, max_drop=params.max_accuracy_drop, max_rounds=params.prune_rounds)
-    best, rounds, base_acc = pruning.search(base, evaluate, retrain, layers=layers, log=log_, **search)
+    best, rounds, _ = pruning.search(base, cloud.evaluate, retrain, layers=layers, log=log_, reference=ref, **search)
     w = lambda model, n: pruning.width(model.get_layer(n))
     widths = ", ".join(f"{n} {w(base, n)}->{w(best, n)}" for n in layers if w(base, n) != w(best, n))
-    acc = evaluate(best) if best is not base else base_acc
-    variants = [
-        Compressed(kind, "uncompressed", base, "the public pre-trained model", base_acc, head),
-        Compressed(kind, "structured pruning", best, widths or "no round within the budget", acc, head),
-    ]
+    acc = cloud.evaluate(best) if best is not base else base_acc
+    inside = best is base or acc >= ref - params.max_accuracy_drop  # no round within: the uncompressed model
+    pruned = Compressed(kind, "structured pruning", best, widths or "no round within the budget", acc, head, inside)
+    pruned.budget_from = None if best is base else ref
+    variants = [uncompressed, pruned]
     if kind == "text":
         variants += [
-            _svd(params, base, evaluate, retrain, base_acc, log_),
-            _magnitude(params, base, evaluate, base_acc, log_),
+            _svd(params, base, cloud.evaluate, retrain, ref, log_),
+            _magnitude(params, base, cloud.evaluate, base_acc, log_),
         ]
     return variants, [{"model": name, **r.__dict__} for r in rounds]
 
 
+def _svd_tags(params, base) -> tuple[str, ...]:
+    """The samples' draws of the SVD's re-training epochs at its largest rank (`svd_rank.search`)."""
+    hidden = int(base.get_layer(svd_compression.SOFTMAX).input_shape[-1])
+    largest = max(svd_compression.rank_for(hidden, f) for f in params.svd_fractions)
+    return tuple(f"svd/{largest}/{e}" for e in range(1, params.svd_retrain_epochs + 1))
+
+
+def _retraining(params, kind: str, uncompressed: Compressed, cloud: Cloud, log):
+    """(retrain(model, tag) at the rate `retraining.choose_rate` picks, the budget's reference); the
+    rate trials and the known-answer control are kept on `uncompressed`."""
+    rates = params.text_retrain_rates if kind == "text" else params.image_retrain_rates
+    base, base_acc = uncompressed.model, uncompressed.val_top1
+    rate, trials = retraining.choose_rate(base, cloud, rates, log)
+    tags = _svd_tags(params, base) if kind == "text" else ()
+    checks = retraining.control(base, cloud, rate, trials, base_acc, params.max_accuracy_drop, tags, log)
+    uncompressed.rates, uncompressed.checks = tuple(trials), tuple(checks)
+    return (lambda model, tag="": cloud.retrain(model, rate, tag)), retraining.reference(base_acc, checks)
+
+
 def _svd(params, base, evaluate, retrain, base_acc: float, log) -> Compressed:
-    """DeepType's SVD of the softmax at the rank `svd_rank.search` chooses, re-trained."""
+    """DeepType's SVD of the softmax at the rank `svd_rank.search` chooses, re-trained; its budget is
+    judged from `base_acc`."""
     hidden = int(base.get_layer(svd_compression.SOFTMAX).input_shape[-1])
     ranks = [svd_compression.rank_for(hidden, f) for f in params.svd_fractions]
     rule = dict(max_drop=params.max_accuracy_drop, max_epochs=params.svd_retrain_epochs, log=log)
     choice, trials = svd_rank.search(base, ranks, evaluate, retrain, base_acc, **rule)
     detail = f"softmax rank {choice.rank} of {hidden}" + ("" if choice.within_budget else ", outside the budget")
     head, inside = svd_compression.SOFTMAX, choice.within_budget
-    return Compressed("text", "SVD", choice.model, detail, choice.val_accuracy, head, inside, tuple(trials))
+    svd = Compressed("text", "SVD", choice.model, detail, choice.val_accuracy, head, inside, tuple(trials))
+    svd.budget_from = base_acc
+    return svd
 
 
 def _magnitude(params, base, evaluate, base_acc: float, log) -> Compressed:
@@ -184,6 +230,16 @@ def summary(compression: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
         row |= dict(accuracy_lost=comp.accuracy_drop, within_budget=bool(comp.within_budget))
         rows.append(row | dict(time_saved=1 - np.median(sub.epoch_seconds.to_numpy() / ref.epoch_seconds.to_numpy())))
     return pd.DataFrame(rows)
+
+
+def retrain_control(variants: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the re-training rates tried per model, the known-answer control with its verdict)."""
+    rows = lambda field: [
+        {"model": MODEL_NAMES[k], **r.__dict__} for k, vs in variants.items() for r in getattr(vs[0], field)
+    ]
+    checks = pd.DataFrame(rows("checks"))
+    verdict = lambda ok: "holds: re-training loses nothing" if ok else "FAILS: the re-training itself loses accuracy"
+    return pd.DataFrame(rows("rates")), checks.assign(verdict=checks.within_budget.map(verdict))
 
 
 def svd_ranks(variants: dict) -> pd.DataFrame:

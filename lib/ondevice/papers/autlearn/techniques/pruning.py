@@ -287,6 +287,7 @@ def search(
     max_rounds: int = 20,
     layers: list[str] | None = None,
     log=print,
+    reference: float | None = None,
 ) -> tuple[keras.Model, list[Round], float]:
     """Prune round by round until validation accuracy drops more than `max_drop` (absolute) below
     the uncompressed model's, FLOPs reach `flops_budget` x the original's, no layer can lose a unit,
@@ -296,14 +297,15 @@ def search(
     K = ceil(step x width) lowest-norm units; the pruned model with the best accuracy before
     re-training is kept, then `retrain` (in place) and `evaluate` again. Returns the last model
     within the accuracy budget (the original when even the first round exceeds it), every round
-    (the last one possibly outside the budget) and the uncompressed model's accuracy.
+    (the last one possibly outside the budget) and the accuracy the budget is judged from: the
+    uncompressed model's, or `reference` when given (e.g. the better of it and its re-trained copy).
     """
     if not 0 < step < 1 or max_drop < 0 or not 0 <= flops_budget < 1 or max_rounds < 0:
         raise ValueError(
             f"need 0 < step < 1, max_drop >= 0, 0 <= flops_budget < 1, max_rounds >= 0; "
             f"got {step}, {max_drop}, {flops_budget}, {max_rounds}"
         )
-    base, original_flops = evaluate(model), forward_flops(model)
+    base, original_flops = evaluate(model) if reference is None else reference, forward_flops(model)
     best, rounds = model, []
     names = layers if layers is not None else candidates(model)
     for r in itertools.count(1) if max_rounds == 0 else range(1, max_rounds + 1):
@@ -327,7 +329,7 @@ def search(
         )
         log(
             f"pruning round {r}: {name} -{k} -> {width(chosen.get_layer(name))} units, "
-            f"accuracy {acc:.4f} (uncompressed {base:.4f}){'' if ok else ', over the budget: stop'}"
+            f"accuracy {acc:.4f} (budget from {base:.4f}){'' if ok else ', over the budget: stop'}"
         )
         if not ok:
             break

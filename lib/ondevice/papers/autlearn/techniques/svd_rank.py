@@ -61,7 +61,7 @@ def search(
             acc = evaluate(model)
             inside = acc >= base_accuracy - max_drop
             trials.append(Trial(rank, epoch, acc, inside))
-            log(f"SVD rank {rank}, re-trained {epoch} epoch(s): accuracy {acc:.4f} (uncompressed {base_accuracy:.4f})")
+            log(f"SVD rank {rank}, re-trained {epoch} epoch(s): accuracy {acc:.4f} (budget from {base_accuracy:.4f})")
             if inside:
                 break
         choice = Choice(rank, model, acc, inside)
