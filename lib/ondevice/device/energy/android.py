@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .base import MEASURED, Meter, MeterUnavailable, Reading
+from .base import MEASURED, MeterUnavailable, Reading, SamplingMeter
 from .governors import DEFAULT_ROOT, CpuFreq
 
 BATTERY = "/sys/class/power_supply/battery"
@@ -141,16 +141,14 @@ def run_job(adb: Adb, job: str | Callable[[], object]) -> object:
     return job() if callable(job) else adb.shell(job)
 
 
-class AndroidBatteryMeter(Meter):
+class AndroidBatteryMeter(SamplingMeter):
     name = "android-battery"
     label = MEASURED
     description = "phone battery current x voltage sampled over adb (whole device)"
 
     def __init__(self, adb: Adb, interval_s: float | None = 0.5, path: str = BATTERY, clock=time.monotonic):
         self.adb, self.interval_s, self.path, self.clock = adb, interval_s, path.rstrip("/"), clock
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
+        super().__init__()
         self._samples: list[tuple[float, float]] = []
 
     def status(self) -> tuple[bool, str]:
@@ -190,12 +188,6 @@ class AndroidBatteryMeter(Meter):
         if self.interval_s:
             self._thread = threading.Thread(target=self._loop, name="battery-sampler", daemon=True)
             self._thread.start()
-
-    def _end_thread(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def stop(self) -> Reading:
         self._end_thread()

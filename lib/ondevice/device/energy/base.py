@@ -6,6 +6,7 @@ never mistaken for a measured one."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -71,3 +72,19 @@ def measuring(meters: list[Meter]) -> Iterator[dict[str, Reading]]:
         raise
     for m in reversed(started):
         readings[m.name] = m.stop()
+
+
+class SamplingMeter(Meter):
+    """A meter whose readings come from a background thread that samples until the window ends
+    (RAPL's counter wrap-around poller, the phone's battery sampler): one place ends that thread."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def _end_thread(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

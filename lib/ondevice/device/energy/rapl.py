@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import MEASURED, Meter, MeterUnavailable, Reading
+from .base import MEASURED, MeterUnavailable, Reading, SamplingMeter
 
 POWERCAP = "/sys/class/powercap"
 
@@ -50,7 +50,7 @@ def find_zones(root: str = POWERCAP, kinds: tuple[str, ...] = ("package", "dram"
     return found
 
 
-class RaplMeter(Meter):
+class RaplMeter(SamplingMeter):
     name = "rapl"
     label = MEASURED
     description = "CPU package + DRAM energy counters (Linux powercap RAPL)"
@@ -64,9 +64,7 @@ class RaplMeter(Meter):
     ):
         self.root, self.kinds, self.poll_s, self.clock = root, kinds, poll_s, clock
         self._zones: list[Zone] = []
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
+        super().__init__()
 
     def status(self) -> tuple[bool, str]:
         if not Path(self.root).is_dir():
@@ -111,12 +109,6 @@ class RaplMeter(Meter):
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             self.poll()
-
-    def _end_thread(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def stop(self) -> Reading:
         self._end_thread()
