@@ -32,6 +32,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
 from ondevice.report.conclusion import Conclusion, effect_row, wide
 from ondevice.training.bucketing import EqualLength
@@ -241,14 +242,13 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     ratio = lambda k, m: float(np.mean(means[MODELS[k], m] / means[MODELS[k], CLOUD]))
     matrices = lambda *qs: tuple(_matrix(users, *kind_method(q)) for q in qs)
     measured = {e.claim: matrices(e.better, e.worse) for e in PAPER.effects}
-    fed_rng = streams.rng(params.seed, "bootstrap/fedavg-ablation")
-    ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, params.bootstrap)
-    why = fedavg_ablation.diagnoses(ablation)
-    effects = c.effects(measured, rng, n_boot=params.bootstrap, statistic="mean", diagnoses=why)
-    boots, nan = params.bootstrap, {"paper change": np.nan}
+    fed_rng, gap_rng = (streams.rng(params.seed, f"bootstrap/{n}") for n in ("fedavg-ablation", "feature-gap"))
+    ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, boots := params.bootstrap)
+    why = fedavg_ablation.diagnoses(ablation) | gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
+    effects = c.effects(measured, rng, n_boot=boots, statistic="mean", diagnoses=why)
+    first = lambda effect: {"effect": effect, "paper change": np.nan}
     ordering = [
-        effect_row({"effect": e, **nan}, _matrix(users, k, b), _matrix(users, k, w), rng, boots, "mean")
-        for e, k, b, w in ORDERINGS
+        effect_row(first(e), _matrix(users, k, b), _matrix(users, k, w), rng, boots, "mean") for e, k, b, w in ORDERINGS
     ]
     c.effect_rows(pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True))
     c.paper_vs_ours({n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers})  # every one a ratio
