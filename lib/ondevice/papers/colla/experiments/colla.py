@@ -138,6 +138,7 @@ class Checks:
 
 
 def run_tables(params: Params, devices: Devices, boot: Bootstrapped, cycles: pd.DataFrame, groups, sizes) -> dict:
+    """The tables every run saves: the data, Table 1's and the training's (aggregates only)."""
     last = final(cycles)
     return {
         "data": devices.table(),
