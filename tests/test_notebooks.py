@@ -280,6 +280,13 @@ def autlearn_cost_sanity(out: Path) -> None:
     assert (sparse.parameters_ratio == 1).all() and (sparse.nonzero_parameters < sparse.parameters).all()
     rounds = pd.read_csv(t / "pruning_rounds.csv")
     assert rounds.groupby("model").within_budget.apply(lambda s: s.iloc[:-1].all()).all()  # only the last may break it
+    svd = pd.read_csv(t / "svd_ranks.csv")  # a rank re-trains only until it is inside the budget
+    assert not svd.groupby("rank").within_budget.apply(lambda s: s.iloc[:-1].any()).any()
+    summary = pd.read_csv(t / "compression_summary.csv")
+    ablation = summary[summary.method == "magnitude pruning"].role
+    assert summary.work_removed.between(0, 1).all() and ablation.str.startswith("our ablation").all()
+    profile = pd.read_csv(t / "step_profile.csv")
+    assert set(profile.method) == {"uncompressed", "SVD"} and (profile.step_wall_time_ms > 0).all()
     epochs = pd.read_csv(t / "epochs.csv")
     assert (epochs[["steps", "gflops", "epoch_seconds"]] > 0).all().all()
     assert set(epochs[epochs.model == "MobileNet"].batch) == {1, 16} and set(epochs[epochs.model == "LSTM"].batch) == {

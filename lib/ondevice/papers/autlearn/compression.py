@@ -1,11 +1,13 @@
-"""The cloud's compression of the public model (AutLearn Sec. 3.2): pruning and the SVD of the
-softmax, each re-trained in the cloud, kept within an accuracy budget (autlearn_cost)."""
+"""The cloud's compression of the public model (AutLearn Sec. 3.2): structured pruning and the SVD
+of the softmax, each re-trained in the cloud and kept within an accuracy budget, and magnitude
+pruning as our ablation beside them (autlearn_cost); what each removes, loses and saves."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import tf_keras as keras
 
 from ondevice import streams
@@ -15,7 +17,7 @@ from ondevice.models import mobilenet_v1, svd_compression
 from ondevice.papers.autlearn import common
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES
 from ondevice.papers.autlearn.protocol import setting
-from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
+from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning, svd_rank
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training.bucketing import EqualLength
@@ -30,6 +32,8 @@ class Compressed:
     detail: str
     val_top1: float
     head: str
+    within_budget: bool = True  # accuracy at most `max_accuracy_drop` below the uncompressed model's
+    trials: tuple = ()  # the SVD's re-training epochs per rank (`svd_rank.Trial`)
 
 
 def subset(samples: Samples, n: int, rng) -> Samples:
@@ -51,11 +55,11 @@ def cloud_text(params, text: common.TextData):
         text.public_holdout, params.validation_samples, streams.rng(params.seed, "autlearn-cost/cloud-text")
     )
 
-    def retrain(model):
+    def retrain(model, tag: str = ""):
+        """One re-training pass; a `tag` (the SVD's rank and epoch) draws its own public samples."""
         trainer = Trainer(model, NextWordTask(params.k), params.pretrain_learning_rate, "adam", hooks=[EqualLength()])
-        sub = subset(
-            text.public_train, params.retrain_samples, streams.rng(params.seed, "autlearn-cost/retrain-sample")
-        )
+        draw = streams.rng(params.seed, "autlearn-cost/retrain-sample" + (f"/{tag}" if tag else ""))
+        sub = subset(text.public_train, params.retrain_samples, draw)
         rng = streams.rng(params.seed, "autlearn-cost/retrain")
         trainer.fit(sub, params.retrain_epochs, params.pretrain_batch_size, rng)
 
@@ -91,9 +95,9 @@ def cloud_image(params, images: common.ImageData, writers, pre: common.Pretraine
 def compress(params, kind: str, pre: common.Pretrained, evaluate, retrain, log=print):
     """The uncompressed public model and each compression within `max_accuracy_drop` of its cloud
     accuracy, and the structured search's rounds: the paper's structured pruning (`pruning.search`)
-    for both models; for the LSTM also DeepType's SVD of the softmax (the smallest tried rank within
-    the budget, re-trained) and magnitude pruning (the highest tried sparsity within it: an ablation,
-    zeroed weights remove no work). MobileNet's FC head (256 x 62) is too small for SVD or sparsity
+    for both models; for the LSTM also DeepType's SVD of the softmax (re-trained, its rank chosen by
+    `svd_rank.search`) and, as our ablation, magnitude pruning (the highest tried sparsity within the
+    budget; zeroed weights remove no work). MobileNet's FC head (256 x 62) is too small for SVD or sparsity
     to matter."""
     pre.model.set_weights(pre.weights)
     base = pruning.flatten(pre.model) if kind == "image" else keras.models.clone_model(pre.model)
@@ -114,25 +118,31 @@ def compress(params, kind: str, pre: common.Pretrained, evaluate, retrain, log=p
         Compressed(kind, "structured pruning", best, widths or "no round within the budget", acc, head),
     ]
     if kind == "text":
-        budget = lambda tried: _within_budget(tried, evaluate, base_acc, params.max_accuracy_drop, log_)
-        hidden = int(base.get_layer(svd_compression.SOFTMAX).input_shape[-1])
-        ranks = [svd_compression.rank_for(hidden, f) for f in sorted(params.svd_fractions, reverse=True)]
-        svd = lambda r: _retrained(svd_compression.compress(base, r), retrain)
-        rank, model, acc = budget((f"SVD rank {r}", r, lambda r=r: svd(r)) for r in ranks)
-        variants.append(
-            Compressed(kind, "SVD", model, f"softmax rank {rank} of {hidden}", acc, svd_compression.SOFTMAX)
-        )
-        sparse = lambda s: magnitude_pruning.prune(base, s)
-        sparsity, model, acc = budget(
-            (f"magnitude pruning {s:.0%}", s, lambda s=s: sparse(s)) for s in sorted(params.sparsities)
-        )
-        variants.append(Compressed(kind, "magnitude pruning", model, f"{sparsity:.0%} of weights zero", acc, head))
+        variants += [
+            _svd(params, base, evaluate, retrain, base_acc, log_),
+            _magnitude(params, base, evaluate, base_acc, log_),
+        ]
     return variants, [{"model": name, **r.__dict__} for r in rounds]
 
 
-def _retrained(model, retrain):
-    retrain(model)
-    return model
+def _svd(params, base, evaluate, retrain, base_acc: float, log) -> Compressed:
+    """DeepType's SVD of the softmax at the rank `svd_rank.search` chooses, re-trained."""
+    hidden = int(base.get_layer(svd_compression.SOFTMAX).input_shape[-1])
+    ranks = [svd_compression.rank_for(hidden, f) for f in params.svd_fractions]
+    rule = dict(max_drop=params.max_accuracy_drop, max_epochs=params.svd_retrain_epochs, log=log)
+    choice, trials = svd_rank.search(base, ranks, evaluate, retrain, base_acc, **rule)
+    detail = f"softmax rank {choice.rank} of {hidden}" + ("" if choice.within_budget else ", outside the budget")
+    head, inside = svd_compression.SOFTMAX, choice.within_budget
+    return Compressed("text", "SVD", choice.model, detail, choice.val_accuracy, head, inside, tuple(trials))
+
+
+def _magnitude(params, base, evaluate, base_acc: float, log) -> Compressed:
+    """Our ablation, not the paper's technique: the highest tried sparsity within the budget."""
+    prune = lambda s: magnitude_pruning.prune(base, s)
+    tried = ((f"magnitude pruning {s:.0%}", s, lambda s=s: prune(s)) for s in sorted(params.sparsities))
+    sparsity, model, acc = _within_budget(tried, evaluate, base_acc, params.max_accuracy_drop, log)
+    detail, inside = f"{sparsity:.0%} of weights zero", acc >= base_acc - params.max_accuracy_drop
+    return Compressed("text", "magnitude pruning", model, detail, acc, LAST_LAYER["text"], inside)
 
 
 def _within_budget(tried, evaluate, base_acc: float, max_drop: float, log):
@@ -149,3 +159,34 @@ def _within_budget(tried, evaluate, base_acc: float, max_drop: float, log):
         if acc < base_acc - max_drop:
             break
     return chosen
+
+
+ROLE = {
+    "structured pruning": "the paper's technique (Sec. 3.5)",
+    "SVD": "the paper's (Sec. 3.2 calls its compression SVD-based)",
+    "magnitude pruning": "our ablation (not the paper's technique)",
+}
+
+
+def summary(compression: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """Per compression, model and batch: the share of the on-device step's work it removes (counted
+    FLOPs of the epoch), the held-out accuracy it loses (absolute top-1, inside the budget or not)
+    and the share of the epoch's time it saves (medians over the timed users, as the effects read)."""
+    base = epochs[epochs.method == "uncompressed"].set_index(["model", "batch", "user"])
+    rows = []
+    for (model, batch, method), sub in epochs[epochs.method != "uncompressed"].groupby(
+        ["model", "batch", "method"], sort=False
+    ):
+        ref = base.loc[[(model, batch, u) for u in sub.user]]
+        comp = compression[(compression.model == model) & (compression.method == method)].iloc[0]
+        row = dict(model=model, batch=batch, method=method, role=ROLE[method])
+        row |= dict(detail=comp.detail, work_removed=1 - np.median(sub.gflops.to_numpy() / ref.gflops.to_numpy()))
+        row |= dict(accuracy_lost=comp.accuracy_drop, within_budget=bool(comp.within_budget))
+        rows.append(row | dict(time_saved=1 - np.median(sub.epoch_seconds.to_numpy() / ref.epoch_seconds.to_numpy())))
+    return pd.DataFrame(rows)
+
+
+def svd_ranks(variants: dict) -> pd.DataFrame:
+    """Every re-training epoch of every SVD rank tried (`svd_rank.search`) and its held-out judgement."""
+    rows = [{"model": MODEL_NAMES[k], **t.__dict__} for k, vs in variants.items() for v in vs for t in v.trials]
+    return pd.DataFrame(rows)

@@ -238,6 +238,26 @@ def layer_times(phones=tuple(av.PHONES)) -> tuple[dict[str, av.LayerTimes], pd.D
     return fits, pd.DataFrame([f for t in fits.values() for f in t.fit])
 
 
+def phones(params, data, variants: dict, log=print):
+    """autlearn_cost: the LSTM's personal epoch per timed user and compression, extrapolated to each phone
+    (`last_layer_epoch_seconds`), with its ratio to the uncompressed model's; the fits' quality."""
+    fits, fit_table = layer_times(params.phones)
+    rows = []
+    for v in variants["text"]:
+        for _, user, batches in epochs(params, data, "text"):
+            shapes = [np.shape(x) for x, _ in batches]
+            for phone, fit in fits.items():
+                seconds = last_layer_epoch_seconds(fit, v.model, shapes)
+                row = dict(phone=av.PHONES[phone], method=v.method, user=user, steps=len(batches))
+                rows.append(row | dict(epoch_seconds_extrapolated=seconds, label="extrapolated"))
+    table = pd.DataFrame(rows)
+    uncompressed = table[table.method == "uncompressed"].set_index(["phone", "user"]).epoch_seconds_extrapolated
+    per_phone_user = table.set_index(["phone", "user"]).index.map(uncompressed)
+    table["time_ratio_to_uncompressed"] = table.epoch_seconds_extrapolated / per_phone_user
+    log(f"phones: {', '.join(av.PHONES[p] for p in fits)} (extrapolated from FLASH's measurements)")
+    return table, fit_table
+
+
 def phone_times(params, corpus: per_user_text.Corpus, host: pd.DataFrame, fits: dict[str, av.LayerTimes]):
     """Per test user, phone and variant: seconds per epoch on the phone, extrapolated. Full training:
     the phone's device profile (FLASH's layer times at our sizes, at the users' mean length), scaled

@@ -121,7 +121,8 @@ def larger_later_text(eff: pd.DataFrame, claims_: dict, stand_in: str) -> str:
 def compression_table(variants: dict) -> pd.DataFrame:
     """autlearn_cost: what each compression (`compression.Compressed`, per kind) leaves: parameters (the
     non-zero ones show magnitude pruning), forward FLOPs per sample, size as float32 and
-    zlib-compressed (where sparsity shows), validation top-1, and ratios to the uncompressed model."""
+    zlib-compressed (where sparsity shows), validation top-1 (within the accuracy budget or not), and
+    ratios to the uncompressed model."""
     rows = []
     for kind, compressed in variants.items():
         for v in compressed:
@@ -132,7 +133,8 @@ def compression_table(variants: dict) -> pd.DataFrame:
                 forward_mflops=pruning.forward_flops(m) / 1e6,
             )
             row |= dict(size_mb_float32=len(blob) / 1e6, size_mb_zlib=len(zlib.compress(blob, 6)) / 1e6)
-            rows.append(row | dict(val_top1=v.val_top1, accuracy_drop=compressed[0].val_top1 - v.val_top1))
+            row |= dict(val_top1=v.val_top1, accuracy_drop=compressed[0].val_top1 - v.val_top1)
+            rows.append(row | dict(within_budget=v.within_budget))
     table = pd.DataFrame(rows)
     first = table.groupby("model").transform("first")
     for col in ("parameters", "forward_mflops", "size_mb_zlib"):
