@@ -10,6 +10,7 @@ import pytest
 from ondevice.device import availability as av
 from ondevice.device import device_profile, tflite
 from ondevice.models import lstm_lm
+from ondevice.papers.autlearn import traces
 from ondevice.papers.autlearn.experiments import autlearn_availability as ex
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
@@ -208,7 +209,7 @@ def test_finish_within_day_on_a_hand_made_trace():
             for v in ex.VARIANTS
         ]
     )
-    table = ex.finish_within_day(params, trace, phones).set_index(["condition", "variant", "epochs"])
+    table = traces.finish_within_day(params, trace, phones).set_index(["condition", "variant", "epochs"])
     one = table.loc[(AUTONOMOUS, "fine_tune", 1)]
     # 10 min needed: from 00:00 done 01:10, from 02:00 done 02:10, from 12:00 done next day 01:10
     assert one.share_within_horizon == 1.0 and one.median_hours_to_finish == pytest.approx(1 + 10 / 60)

@@ -5,8 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ondevice.data import per_user_text
 from ondevice.papers.deeptype.experiments import deeptype_data_size as exp
 from ondevice.params import ParameterError
+from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache
 
@@ -14,7 +16,7 @@ from ondevice.training import model_cache
 @pytest.fixture(scope="module")
 def setup(speeches):
     params = exp.Params.for_scale("smoke", crowd_max_words=3000, size_max_words=1200, size_epochs=2, eval_max_words=40)
-    corpus = exp.load_corpus(params, speeches, lambda _: None)
+    corpus = per_user_text.load_corpus(params, speeches, lambda _: None)
     return params, corpus, exp.training_sets(params, corpus, lambda _: None)
 
 
@@ -46,7 +48,7 @@ def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, mo
     assert 1 <= first.info["kept_epoch"] <= len(epochs) <= params.size_epochs
     assert all(np.isfinite(e["holdout_loss"]) and e["steps"] > 0 for e in epochs)
     # the stored scores of the kept epoch are those of the stored weights
-    model = exp.typing_protocol.build_model(params, corpus, params.seed)
+    model = typing_protocol.build_model(params, corpus, params.seed)
     model.set_weights(first.weights)
     task, kept = NextWordTask(params.k), epochs[first.info["kept_epoch"] - 1]
     for user, samples in sets.evaluation.items():

@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ondevice.data import per_user_text
 from ondevice.data.typing_samples import build_samples
+from ondevice.papers.deeptype import common
 from ondevice.papers.deeptype.experiments import deeptype_online as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
@@ -18,8 +20,8 @@ def setup(speeches, tmp_path_factory):
         mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
         params = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, personal_learning_rate=0.5)
         quiet = lambda _: None
-        corpus = exp.load_corpus(params, speeches, quiet)
-        models = exp.train_global(params, corpus, quiet)
+        corpus = per_user_text.load_corpus(params, speeches, quiet)
+        models = common.train_global(params, corpus, quiet)
     user = corpus.split.test[0]
     short = build_samples(corpus.users[user][:25], corpus.vocab, params.context_words)  # about 200 samples
     return params, corpus, models, short

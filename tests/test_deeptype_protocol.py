@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ondevice.data import per_user_text
+from ondevice.device import parity
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt_exp
 from ondevice.papers.deeptype.experiments import deeptype_online as online_exp
@@ -67,7 +68,7 @@ def test_accuracy_experiment_d3(setup, created, monkeypatch):
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
-        top3_exp.parity,
+        parity,
         "parity_table",
         lambda model, task, lr, b, opt, **kw: checked.update(a=(opt, lr, kw["clip_norm"])),
     )
@@ -108,7 +109,7 @@ def test_energy_experiment(setup, created, monkeypatch):
     built, real = [], protocol.personal_trainer
     monkeypatch.setattr(protocol, "personal_trainer", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
     with pytest.raises(AttributeError):  # no energy meters given: it stops once its trainers are built
-        energy_exp.personalize(params_of(energy_exp), corpus, models, None, log=lambda _: None)
+        energy_exp.personalize(params_of(energy_exp), corpus, models, None, None, log=lambda _: None)
     assert built and set(created) == {MINE}
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ondevice.papers.deeptype import sensitivity
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 
 
@@ -151,7 +152,7 @@ def test_bad_parameters_name_the_field():
 def test_sensitivity_switches_each_choice_back_once(two_runs):
     result, _ = two_runs
     table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
-    labels = [label for label, _ in exp.sensitivity.SWITCHES.values()]
+    labels = [label for label, _ in sensitivity.SWITCHES.values()]
     assert list(table.protocol) == ["this protocol", *labels, "validation choice", "other step-size reading"]
     assert table["ci low"].le(table["our change"]).all() and table["our change"].le(table["ci high"]).all()
     fixed = table.set_index("protocol").loc["fixed personal epochs, no per-user hold-out"]
@@ -190,12 +191,12 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
         [row("x", 0.099, -0.05, -0.08, -0.02) | {"protocol": "this protocol"}]
         + [row("x", 0.099, -0.1, -0.12, -0.08) | {"protocol": "fixed personal epochs, no per-user hold-out"}]
     )
-    out = exp.sensitivity.diagnose(effects, users, {"sensitivity": switched})
+    out = sensitivity.diagnose(effects, users, {"sensitivity": switched})
     assert out.diagnosis[0] == (
         "2 of 3 user runs kept the global model (epoch 0); the 1 that trained changed top-k-eff by -10.0% (median); "
         "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
-    assert out.section[0] == exp.sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""
+    assert out.section[0] == sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""
 
 
 def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
@@ -211,7 +212,7 @@ def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
             "median_kept_epoch": [0.0, 0.0, 5.0],
         }
     )
-    text = exp.sensitivity.conclusion(table)
+    text = sensitivity.conclusion(table)
     assert text.startswith("**Under this protocol personalization is within noise** (+0.0% [+0.0%, +0.0%]);")
     assert "keeps epoch 0" in text
     assert "**Changes the verdict:** fixed personal epochs, no per-user hold-out: -32.4% [-35.8%, -30.3%]" in text

@@ -2,6 +2,7 @@ import dataclasses
 
 import pytest
 
+from ondevice.data import per_user_text
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 from ondevice.params import ParameterError, Params
 
@@ -68,7 +69,7 @@ def test_from_notebook_takes_direct_fields_and_overrides_and_rejects_unknown_nam
 def test_impossible_user_split_is_a_parameter_error(speeches):
     p = exp.Params.for_scale("smoke", test_users=500, test_min_words=3000)
     with pytest.raises(ParameterError, match="test_users"):
-        exp.load_corpus(p, speeches=speeches, log=lambda _: None)
+        per_user_text.load_corpus(p, speeches=speeches, log=lambda _: None)
 
 
 # ---- groups: a field that is itself a frozen dataclass ----------------------------------------

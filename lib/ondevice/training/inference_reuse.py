@@ -87,35 +87,41 @@ class OnlineTrainer(Step):
         return [v.numpy() for v in self.variables_to_train]
 
 
-def forward_flops(config, positions: int) -> tuple[float, float]:
+def forward_flops(config, positions: int, rank: int = 0) -> tuple[float, float]:
     """Multiply-add FLOPs (2 per MAC) of the forward pass over `positions` (batch x length) of an
-    `lstm_lm.LSTMConfig`: (LSTM layers, softmax). An LSTM layer of H units over inputs of width d
-    runs 4 gates of (d + H) x H per position; the softmax is H x V. Elementwise work (gates,
-    cross-entropy) is left out: it is O(units), not O(units^2)."""
+    `lstm_lm.LSTMConfig`: (below the head, the head). An LSTM layer of H units over inputs of width
+    d runs 4 gates of (d + H) x H per position; the head is the H x V softmax, or with `rank` t
+    (SVD layer compression) the t x V `softmax` after an H x t projection that counts as below it
+    (fine-tuning trains `softmax` only, so reuse caches the projection's output). Elementwise work
+    (gates, cross-entropy) is left out: it is O(units), not O(units^2)."""
     lstm, width = 0, config.embedding_dim
     for _ in range(config.layers):
         lstm += 2 * positions * 4 * config.hidden_units * (width + config.hidden_units)
         width = config.hidden_units
+    if rank:
+        return float(lstm + 2 * positions * config.hidden_units * rank), float(
+            2 * positions * rank * config.output_vocab
+        )
     return float(lstm), float(2 * positions * config.hidden_units * config.output_vocab)
 
 
-def flops_per_update(config, batch: int, length: int, reuse: bool) -> float:
+def flops_per_update(config, batch: int, length: int, reuse: bool, rank: int = 0) -> float:
     """FLOPs of one fine-tune update of `batch` samples of `length` positions. Without reuse: the
-    forward pass of every LSTM layer and the softmax, plus the softmax's kernel gradient (no
-    gradient flows below it). With reuse: the softmax forward and kernel gradient only."""
-    lstm, softmax = forward_flops(config, batch * length)
-    return 2 * softmax + (0.0 if reuse else lstm)
+    forward pass of every layer below the head and the head, plus the head's kernel gradient (no
+    gradient flows below it). With reuse: the head's forward and kernel gradient only."""
+    below, head = forward_flops(config, batch * length, rank)
+    return 2 * head + (0.0 if reuse else below)
 
 
-def cost_readings(config, batch: int, length: int) -> dict[str, float]:
+def cost_readings(config, batch: int, length: int, rank: int = 0) -> dict[str, float]:
     """Update cost without reuse over with reuse, in FLOPs, under each reading of the two steps: ours
-    (the fine-tune step against the softmax forward and kernel gradient from the cached hidden
-    states), the paper's text (Sec. 5.5: the loss straight from the cached probabilities, so the
-    reuse step is the kernel gradient alone) and the widest (every layer back-propagated, the
-    backward pass counted as twice the forward, against that gradient)."""
-    lstm, softmax = forward_flops(config, batch * length)
+    (the fine-tune step against the head's forward and kernel gradient from the cached features),
+    the paper's text (Sec. 5.5: the loss straight from the cached probabilities, so the reuse step
+    is the kernel gradient alone) and the widest (every layer back-propagated, the backward pass
+    counted as twice the forward, against that gradient)."""
+    below, head = forward_flops(config, batch * length, rank)
     return {
-        "ours: fine-tune step / softmax from the cached hidden states": (lstm + 2 * softmax) / (2 * softmax),
-        "fine-tune step / gradient from the cached probabilities": (lstm + 2 * softmax) / softmax,
-        "full back-propagation / gradient from the cached probabilities": 3 * (lstm + softmax) / softmax,
+        "ours: fine-tune step / softmax from the cached hidden states": (below + 2 * head) / (2 * head),
+        "fine-tune step / gradient from the cached probabilities": (below + 2 * head) / head,
+        "full back-propagation / gradient from the cached probabilities": 3 * (below + head) / head,
     }

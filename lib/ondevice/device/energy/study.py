@@ -390,7 +390,7 @@ def plot_energy(energy: pd.DataFrame, phone: pd.DataFrame | None = None, variant
     bars["training"] = bars.variant.map(variants)
     meter_names, hue = list(dict.fromkeys(data.meter)), list(variants.values())
     fig, axes = plt.subplots(len(meter_names), 2, figsize=(9, 3.4 * len(meter_names) + 0.6), squeeze=False)
-    palette = dict(zip(hue, ("#8c8c8c", "#d1495b")))
+    palette = dict(zip(hue, ("#8c8c8c", "#d1495b", "#00798c")))
     for i, meter in enumerate(meter_names):
         first, order = data[data.meter == meter].iloc[0], list(dict.fromkeys(data[data.meter == meter].governor))
         source = f"modelled: {first.note}" if first.label == MODELLED else f"{meter} (measured)"

@@ -16,7 +16,8 @@ import pandas as pd
 from ondevice import streams
 from ondevice.data.per_user_text import Corpus
 from ondevice.data.typing_samples import Vocabulary
-from ondevice.papers.deeptype import protocol, report
+from ondevice.papers.deeptype import protocol
+from ondevice.report.conclusion import wide
 
 SOURCE_POOL = 2  # targets are drawn from the vocabulary below the first SOURCE_POOL x planted_words words
 
@@ -104,7 +105,7 @@ def curve(rows: pd.DataFrame, params) -> pd.DataFrame:
     out = []
     for dose, d in rows.groupby("dose"):
         rng = streams.rng(params.seed, f"bootstrap/planted/{dose:g}")
-        after, before = report.wide(d), report.wide(d, "top_k_eff_global")
+        after, before = wide(d, "top_k_eff"), wide(d, "top_k_eff_global")
         gain, low, high = gain_in_points(after, before, rng, params.bootstrap)
         medians = {
             "global": float(np.median(before, axis=1).mean()),

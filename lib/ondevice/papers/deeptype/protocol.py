@@ -10,8 +10,9 @@ A user's online batches, as the keyboard feeds them and as `export` writes them,
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from ondevice import streams
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import selection
 from ondevice.training.inference_reuse import OnlineTrainer
+from ondevice.training.many_users import ManyUsers
 from ondevice.training.step import Hook
 from ondevice.training.trainer import History, Plateau, Trainer
 
@@ -72,12 +74,61 @@ def personalize(
 
     stop, start = Plateau(params.personal_patience, 0.0), scored(trainer.model)
     history = trainer.fit(data, *args, scored, stop, schedule=schedule)
-    kept = history[history.best_epoch - 1]["holdout_loss"] if history else np.inf
-    if start["holdout_loss"] <= kept:  # no epoch beat the start: the global model stays
+    if _with_start(history, start):
         trainer.model.set_weights(global_weights)
+    return history
+
+
+def _with_start(history: History, start: dict) -> bool:
+    """Row 0 (the global model's scores) put first; True when no epoch's hold-out loss beat it, so
+    the global model stays (`best_epoch` 0)."""
+    kept = history[history.best_epoch - 1]["holdout_loss"] if history else np.inf
+    stays = start["holdout_loss"] <= kept
+    if stays:
         history.best_epoch = 0
     history.insert(0, {"epoch": 0, "loss": float("nan"), "steps": 0, "seconds": 0.0, **start})
-    return history
+    return stays
+
+
+def personalize_together(
+    many: ManyUsers, global_weights, data: list, params, rngs: list, held: list, schedule=None
+) -> list[History]:
+    """`personalize` (with a hold-out) of K users at once on `many` (`training.many_users`): user k
+    trains on `data[k]` with `rngs[k]` and stops on `held[k]`; each user's rows and kept weights are
+    those `personalize` gives it alone, to float32 rounding (`tests/test_many_users.py`)."""
+    many.reset(global_weights)
+    model = many.model
+
+    def scored(k, m) -> dict:
+        return {"holdout_loss": float(np.log(many.task.evaluate(m, held[k])["perplexity"]))}
+
+    model.set_weights(global_weights)
+    starts = [scored(k, model) for k in range(len(data))]
+    stop, args = Plateau(params.personal_patience, 0.0), (params.personal_epochs, params.personal_batch_size)
+    histories = many.fit(data, *args, rngs, scored, stop, schedule=schedule)
+    for k, (history, start) in enumerate(zip(histories, starts)):
+        if _with_start(history, start):
+            many.set_user_weights(k, global_weights)
+    return histories
+
+
+def group_jobs(seeds, users: list, n: int, fn, data: Callable) -> list:
+    """`engine` jobs of `fn(seed, users, data)` for every seed and group of `n` users (in order); a
+    one-user job keeps the key it has always had (`seed=S/user=U`), so earlier runs resume."""
+    from ondevice import engine
+
+    groups = [(s, list(users[i : i + n])) for s in seeds for i in range(0, len(users), n)]
+    key = lambda s, g: f"seed={s}/user{'s' * (n > 1)}={'+'.join(g)}"  # noqa: E731
+    return [engine.Job(key(s, g), fn, dict(seed=s, users=g, data=[data(u) for u in g])) for s, g in groups]
+
+
+def log_users(rows: list[dict], log) -> None:
+    """One line per seed and user of `rows` (in order): its personal words and each condition's top-k-eff."""
+    for (seed, user, words), got in itertools.groupby(rows, lambda r: (r["seed"], r["user"], r["train_words"])):
+        log(
+            f"seed={seed}/user={user} ({words} personal words): "
+            + ", ".join(f"{r['condition']} {r['top_k_eff']:.3f}" for r in got)
+        )
 
 
 def config(params) -> dict:
@@ -108,6 +159,7 @@ class Personal:
 
     def __init__(self, params, model):
         self.model, self.task, self._trainers = model, NextWordTask(params.k, loss_per=params.personal_loss_per), {}
+        self._together: dict[tuple, ManyUsers] = {}
         self._softmax = [i for i, w in enumerate(model.weights) if w.name.startswith("softmax") and "kernel" in w.name][
             0
         ]
@@ -126,13 +178,16 @@ class Personal:
         self.model.set_weights(weights)
         return self.score(self.model, test)
 
-    def train(self, data, start, params, rng, each_epoch: bool = False, held=None, schedule=None) -> list[dict]:
-        """`personalize` from `start` on a user's (train, test), with `held` stopping it: the
-        scores on the test lines, the steps to the epoch kept (`kept_epoch`) and all steps run
-        (`steps_run`), the seconds, the mean relative shift of the softmax rows (typed or not) and
-        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch.
-        `schedule`: each epoch's learning rate (`step_size`), else the constant personal rate."""
-        (train, test), w0 = data, start[self._softmax]
+    def together(self, params, users: int) -> ManyUsers:
+        """`users` users trained at once under the personal configuration (`training.many_users`)."""
+        key = (params.personal_optimizer, params.personal_learning_rate, params.personal_clip_norm, users)
+        if key not in self._together:
+            self._together[key] = ManyUsers(self.model, self.task, users, key[1], key[0], key[2])
+        return self._together[key]
+
+    def shifts(self, train, start) -> Callable:
+        """model -> the mean relative shift of the softmax rows of words typed in `train` and of the others."""
+        w0 = start[self._softmax]
         seen = np.setdiff1d(np.unique(train.labels), [0, 1])
         rows = {"seen": seen, "unseen": np.setdiff1d(np.arange(2, w0.shape[1]), seen)}
 
@@ -140,26 +195,62 @@ class Personal:
             shift = np.linalg.norm(model.get_weights()[self._softmax] - w0, axis=0) / np.linalg.norm(w0, axis=0)
             return {f"{k}_row_shift": float(shift[i].mean()) if len(i) else math.nan for k, i in rows.items()}
 
+        return shifts
+
+    def train(self, data, start, params, rng, each_epoch: bool = False, held=None, schedule=None) -> list[dict]:
+        """`personalize` from `start` on a user's (train, test), with `held` stopping it: the
+        scores on the test lines, the steps to the epoch kept (`kept_epoch`) and all steps run
+        (`steps_run`), the seconds, the mean relative shift of the softmax rows (typed or not) and
+        the hold-out loss per epoch (`_curve`). With `each_epoch` (no `held`), one such row per epoch.
+        `schedule`: each epoch's learning rate (`step_size`), else the constant personal rate."""
+        (train, test), shifts = data, self.shifts(data[0], start)
         each = (lambda model: {**self.score(model, test), **shifts(model)}) if each_epoch else None
         history = personalize(self.trainer(params), start, train, params, rng, each, held=held, schedule=schedule)
-        steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
-        done = [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
         if each_epoch:
-            return [h for h in done if h["epoch"] > 0]
-        model, kept = self.trainer(params).model, history.best_epoch if held is not None else done[-1]["epoch"]
-        curve = [h["holdout_loss"] for h in done] if held is not None else []
+            return [h for h in _cumulative(history) if h["epoch"] > 0]
+        return [self.result(history, self.trainer(params).model, test, shifts, held is not None)]
+
+    def train_together(self, data: list, start, params, rngs: list, held: list, schedule=None) -> list[dict]:
+        """`train` (with a hold-out) of several users at once: user k on `data[k]` (train, test) with
+        `rngs[k]` and `held[k]`; one result per user, as `train` gives it to float32 rounding."""
+        many = self.together(params, len(data))
+        fits = [train for train, _ in data]
+        histories = personalize_together(many, start, fits, params, rngs, held, schedule)
+        results = []
+        for k, (history, (train, test)) in enumerate(zip(histories, data)):
+            self.model.set_weights(many.user_weights(k))
+            results.append([self.result(history, self.model, test, self.shifts(train, start), True)])
+        return results
+
+    def train_users(self, data: list, start, params, rngs: list, schedule=None) -> list[dict]:
+        """One `train` row per user of `data` ((train, held, test) each, from `start`): trained
+        together when there are several and each has a hold-out, else one at a time."""
+        if len(data) > 1 and all(held is not None for _, held, _ in data):
+            fits, held = [(train, test) for train, _, test in data], [held for _, held, _ in data]
+            return [r[0] for r in self.train_together(fits, start, params, rngs, held, schedule)]
+        return [self.train((f, t), start, params, r, held=h, schedule=schedule)[0] for (f, h, t), r in zip(data, rngs)]
+
+    def result(self, history: History, model, test, shifts, held: bool) -> dict:
+        """A personalized model's row: test scores, shifts, steps to the epoch kept and run, seconds."""
+        done = _cumulative(history)
+        kept = history.best_epoch if held else done[-1]["epoch"]
+        curve = [h["holdout_loss"] for h in done] if held else []
         last, at_kept = done[-1], next(h for h in done if h["epoch"] == kept)
-        return [
-            {
-                **self.score(model, test),
-                **shifts(model),
-                "steps": at_kept["steps"],
-                "steps_run": last["steps"],
-                "kept_epoch": kept,
-                "personal_train_seconds": last["personal_train_seconds"],
-                "_curve": curve,
-            }
-        ]
+        return {
+            **self.score(model, test),
+            **shifts(model),
+            "steps": at_kept["steps"],
+            "steps_run": last["steps"],
+            "kept_epoch": kept,
+            "personal_train_seconds": last["personal_train_seconds"],
+            "_curve": curve,
+        }
+
+
+def _cumulative(history: History) -> list[dict]:
+    """The rows with steps and seconds counted from the start of personal training."""
+    steps, seconds = np.cumsum([h["steps"] for h in history]), np.cumsum([h["seconds"] for h in history])
+    return [{**h, "steps": int(n), "personal_train_seconds": float(s)} for h, n, s in zip(history, steps, seconds)]
 
 
 def select(params, personal: Personal, start: list[np.ndarray], data: dict, candidates: list[tuple], log=print):

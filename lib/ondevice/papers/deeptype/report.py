@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice.data.per_user_text import Corpus
-from ondevice.report import claims, conclusion
+from ondevice.report import claims
 from ondevice.report.conclusion import Conclusion
 
 GREY, RED, AMBER, BLUE = "#8c8c8c", "#d1495b", "#edae49", "#5b7ea4"
@@ -44,27 +44,6 @@ def record(c: Conclusion, corpus: Corpus, tables: dict, wall_time_s: float, mode
     data = data or [m.summary() for m in corpus.manifests]
     artifacts = {"split.json": corpus.split.to_dict()}
     return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, artifacts=artifacts, **(base | notes))
-
-
-# deeptype_top3eff's, until it concludes through report.conclusion as the other experiments do
-
-
-def wide(table: pd.DataFrame, value: str = "top_k_eff") -> np.ndarray:
-    return conclusion.wide(table, value)
-
-
-def headlines(per_seed: dict[str, list[float]], resolution: dict[str, float] | None = None) -> dict[str, dict]:
-    return {q: claims.headline(v, (resolution or {}).get(q, 0.0)) for q, v in per_seed.items()}
-
-
-def paper_values(paper: claims.Paper) -> dict[str, float]:
-    return {n.quantity: n.value for n in paper.numbers}
-
-
-def result(name: str, params, corpus: Corpus, tables: dict, headline: dict, wall_time_s: float, data=None, **notes):
-    c = Conclusion(name, params)
-    c.headline.update(headline)
-    return record(c, corpus, tables, wall_time_s, data=data, **notes)
 
 
 # Figures. Each takes an experiment's tables and returns a matplotlib figure.

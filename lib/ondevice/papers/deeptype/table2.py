@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ondevice.papers.deeptype.techniques import combined
+from ondevice.papers.deeptype import model_size
+from ondevice.papers.deeptype.techniques import combined, svd_rank
 from ondevice.report import claims, facts
 
 NAME = "deeptype_ondevice_opt"
@@ -108,15 +109,13 @@ def softmax_share(model) -> float:
 SECTION = "Why sizes and costs differ from Table 2"
 
 
-def causes(runs: pd.DataFrame, share: float, compressed, sweep: pd.DataFrame, rank: int) -> dict[str, float]:
-    """The measurements behind the size and top-k-eff rows: the softmax's share and the size bound
-    it sets, the words a user's history keeps and the test words it loses, and the SVD global
-    model's held-out loss (uncompressed, at `rank` before and after re-training, first seed)."""
+def causes(runs: pd.DataFrame, share: float, sweep: pd.DataFrame) -> dict[str, float]:
+    """The measurements behind the top-k-eff rows: the softmax's share and the size bound it sets,
+    the words a user's history keeps and the test words it loses, and the global model's held-out
+    loss unfactored and at the rule's rank before and after re-training (first seed, `svd_rank`)."""
     base, vocab = runs[runs.variant == "baseline"], runs[runs.variant == "vocab"]
     paper_base, paper_svd = PAPER_TABLE2["baseline"][2], PAPER_TABLE2["svd"][2]
-    info = compressed.entries[min(compressed.entries)].info  # the first seed's re-training
-    kept = [h["holdout_loss"] for h in info["history"] if h["epoch"] == info.get("kept_epoch")]
-    at = lambda r: float(sweep.loc[sweep["rank"] == r, "holdout_loss"].iloc[0])  # noqa: E731
+    chosen, rank = sweep[sweep.chosen].iloc[0], svd_rank.chosen_rank(sweep)
     return {
         "softmax share of the parameters": share,
         "largest model shrink from cutting only the softmax": 1 / (1 - share) - 1,
@@ -125,9 +124,9 @@ def causes(runs: pd.DataFrame, share: float, compressed, sweep: pd.DataFrame, ra
         "words kept by vocabulary compression (mean over users)": float(vocab.output_words.mean()),
         "test words outside the global vocabulary": float(base.test_oov_or_unseen_rate.mean()),
         "test words outside the user's kept words": float(vocab.test_oov_or_unseen_rate.mean()),
-        "held-out loss, global model": at(int(sweep["rank"].max())),
-        f"held-out loss, SVD t={rank} before re-training": at(rank),
-        f"held-out loss, SVD t={rank} re-trained": float(kept[0]) if kept else at(rank),  # the kept epoch's
+        "held-out loss, global model": float(chosen.unfactored_holdout_loss),
+        f"held-out loss, SVD t={rank} before re-training": float(chosen.holdout_loss),
+        f"held-out loss, SVD t={rank} re-trained": float(chosen.retrained_holdout_loss),
     }
 
 
@@ -135,32 +134,40 @@ def causes_table(measured: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(list(measured.items()), columns=["measurement", "value"])
 
 
-def diagnoses(measured: dict[str, float], rank: int, hidden_units: int) -> dict[str, claims.Diagnosis]:
+def size_table(runs: pd.DataFrame, ours: dict, rank: int) -> pd.DataFrame:
+    """`model_size.table` for our shape (`ours`: words_in, words_out, embedding, hidden, layers)
+    and the paper's, at our rank and the paper's, with the kept words (ours measured, median)."""
+    kept = float(np.median(runs[runs.variant == "vocab"].output_words))
+    reported = {v: PAPER_TABLE2[v][2] for v in ("baseline", *SIZE_CLAIMS)}
+    return model_size.table(ours, rank, kept, PAPER_VALUES[USED_WORDS], reported)
+
+
+def diagnoses(measured: dict[str, float], sweep: pd.DataFrame, sizes: pd.DataFrame, runs) -> dict:
     """One line per size or top-k-eff row of Table 2 whose change can differ from the paper's,
-    each quoting the measurement (`causes`) that explains it, and its kind: the softmax's share and
-    spectrum follow our model's size (scale), the words a user keeps follow their data (data)."""
-    m, lost = measured, measured["test words outside the user's kept words"]
-    size = (
-        f"the softmax is {m['softmax share of the parameters']:.0%} of our parameters (the paper's size cut needs "
-        f"{m['paper: the least softmax share its SVD size cut implies']:.0%} or more), so cutting only the softmax "
-        f"shrinks our model at most {m['largest model shrink from cutting only the softmax']:+.0%}"
-    )
+    each quoting the measurement that explains it, and its kind: the size rows from the arithmetic
+    on both models (`model_size.diagnosis`), the words a user keeps follow their data (data), the
+    top-k-eff cost of layer compression the rule's rank on our matrix (scale)."""
+    m, lost, rank = measured, measured["test words outside the user's kept words"], svd_rank.chosen_rank(sweep)
     words = (
         f"a user's history keeps {m['words kept by vocabulary compression (mean over users)']:,.0f} of "
         f"{m['vocabulary size']:,.0f} words (the paper's users: a median {PAPER_VALUES[USED_WORDS]:,.0f}), "
         f"and {lost:.0%} of test words fall outside them (outside the global vocabulary: "
         f"{m['test words outside the global vocabulary']:.0%}), never to be suggested"
     )
+    within = sweep[sweep.chosen].within_tolerance.iloc[0]
     loss = (
-        f"keeping t={rank} of {hidden_units} singular values raises the global model's held-out loss from "
-        f"{m['held-out loss, global model']:.2f} to {m[f'held-out loss, SVD t={rank} before re-training']:.2f}, "
-        f"{m[f'held-out loss, SVD t={rank} re-trained']:.2f} after re-training to a plateau: our small softmax "
-        "needs more of its spectrum than the paper's 40 of 400"
+        f"the rule's t={rank} ({'within' if within else 'the largest swept rank; none within'} its tolerance) "
+        f"takes the global model's held-out loss from {m['held-out loss, global model']:.3f} (unfactored) to "
+        f"{m[f'held-out loss, SVD t={rank} before re-training']:.3f} factored, "
+        f"{m[f'held-out loss, SVD t={rank} re-trained']:.3f} after re-training to a plateau"
     )
+    size = {
+        v: float(np.mean(median(runs, "baseline", "size_mb") / median(runs, v, "size_mb") - 1)) for v in SIZE_CLAIMS
+    }
     scale, data = claims.Kind.SCALE, claims.Kind.DATA
     return {
-        "layer compression shrinks the model": claims.Diagnosis(size, SECTION, scale),
-        "all combined shrinks the model": claims.Diagnosis(size, SECTION, scale),
+        "layer compression shrinks the model": model_size.diagnosis(sizes, "svd", size["svd"], SECTION),
+        "all combined shrinks the model": model_size.diagnosis(sizes, "combined", size["combined"], SECTION),
         "vocabulary compression costs top-k-eff": claims.Diagnosis(words, SECTION, data),
         "layer compression costs top-k-eff": claims.Diagnosis(loss, SECTION, scale),
         "all combined costs top-k-eff": claims.Diagnosis(f"both causes at once: {loss}; and {words}", SECTION, scale),

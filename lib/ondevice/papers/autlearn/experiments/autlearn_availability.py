@@ -25,8 +25,9 @@ windows, what share of devices finish within 24 hours?
   training.
 
 The trace and its windows are in `traces`, the host and phone times in `costs`. Stages, one per
-notebook section: `load_corpus`, `load_trace`, `minutes_per_day`, `layer_times`, `host_times`,
-`phone_times`, `resume_check`, `finish_within_day`, `conclude`; `run` calls them all.
+notebook section: `per_user_text.load_corpus`, `traces.load_trace`, `traces.minutes_per_day`,
+`layer_times`, `costs.host_times`, `costs.phone_times`, `resume_check`, `traces.finish_within_day`,
+`conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 from ondevice import streams
 from ondevice.data import device_traces, manifests
 from ondevice.data.device_traces import AUTONOMOUS, CHARGING, FEDERATED
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import availability as av
 from ondevice.device import tflite
 from ondevice.papers.autlearn import costs, traces

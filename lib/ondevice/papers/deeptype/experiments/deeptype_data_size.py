@@ -9,7 +9,7 @@ per-epoch scores. The vocabulary is the shared one (from the whole crowd): the p
 vocabulary. A 2-gram with the typed-character filter, counted on the same words, is the baseline of
 every size: whether a size effect is the LSTM's or the data's.
 
-Stages: `load_corpus`, `training_sets`, `train_sizes`, `baselines`, `conclude`; `run` calls them all.
+Stages: `per_user_text.load_corpus`, `training_sets`, `train_sizes`, `baselines`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (a stage the notebook calls)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples, build_samples
 from ondevice.metrics import top_k_eff
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed

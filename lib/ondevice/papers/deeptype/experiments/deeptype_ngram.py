@@ -5,7 +5,7 @@ without filtering the suggestions by the typed characters, are counted on the cr
 global LSTM trains on and scored with the same top-k-eff on the same test samples: the later
 lines of each test user. The LSTM is the shared global model of every seed (model cache).
 
-Stages: `load_corpus`, `fit_ngrams`, `train_global`, `score`, `conclude`; `run` calls them all.
+Stages: `per_user_text.load_corpus`, `fit_ngrams`, `common.train_global`, `score`, `conclude`; `run` calls them all.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import top_k_eff
 from ondevice.models.ngram import KneserNey, PrefixFilter, chars_needed

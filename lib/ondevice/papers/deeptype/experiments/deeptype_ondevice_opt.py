@@ -21,7 +21,6 @@ from ondevice import streams
 from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.device import parity
-from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype import table2 as t2m
 from ondevice.papers.deeptype.common import GlobalModels, train_global
@@ -38,7 +37,7 @@ from ondevice.papers.deeptype.table2 import (
     table2,
     wide,
 )
-from ondevice.papers.deeptype.techniques import svd_retrain
+from ondevice.papers.deeptype.techniques import svd_rank, svd_retrain
 from ondevice.report import claims, record
 from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
@@ -46,7 +45,7 @@ from ondevice.training import bucketing as bk
 from ondevice.training.trainer import StepTimer
 
 SMOKE = dict(max_test_users=2, max_personal_samples=640, seeds=1, tflite_variants=("combined",), bootstrap=500)
-SMOKE |= dict(svd_retrain_epochs=2, svd_rank_sweep=(0.1, 1.0))
+SMOKE |= svd_rank.SMOKE
 # default: three exports (~20-40 s each here); the combined one exercises every technique
 DEFAULT = dict(max_test_users=4, seeds=3, tflite_variants=("svd", "vocab", "combined"))
 # effects_table columns that carry timing measurements, renamed so they say so
@@ -55,16 +54,13 @@ _TIMING_COLUMNS.update({"users improved": "users faster (epoch time)", "users wo
 
 
 @dataclass(frozen=True)
-class Params(typing_protocol.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams, svd_rank.SVDParams):
     max_test_users: int = 0  # the first N test users of the split; 0 = all
     max_personal_samples: int = 0  # the user's first N training samples; 0 = all (smoke: fewer)
     personal_epochs: int = 1
     personal_holdout_fraction: float = 0.0  # fixed epochs: each variant costs the same steps (Table 2)
     personal_optimizer: str = "adam"  # from a fresh state per user (a deviation from the paper's SGD)
     personal_learning_rate: float = 3e-4  # D3's choice on the validation users at default scale
-    svd_rank_fraction: float = 0.1  # t / hidden units; the paper's 40 / 400
-    svd_retrain_epochs: int = 13  # a cap: the compressed global model re-trains to the global plateau rule
-    svd_rank_sweep: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)  # rank fractions measured, not trained
     buckets: tuple[int, ...] = (5, 10, 20, 30)
     fixed_length: int = 30
     warmup_steps: int = 5  # steps excluded from the steady-state step time
@@ -77,26 +73,16 @@ class Params(typing_protocol.DeepTypeParams):
     def check(self) -> None:
         super().check()
         self.require(self.max_test_users != 1, "max_test_users", "must be 0 (all) or at least 2 (effects need 2 users)")
-        counts = ("max_test_users", "max_personal_samples", "svd_retrain_epochs", "warmup_steps", "tflite_check_steps")
+        counts = ("max_test_users", "max_personal_samples", "warmup_steps", "tflite_check_steps")
         for name in counts:
             self.require(getattr(self, name) >= 0, name, "must be >= 0")
         for name in ("personal_epochs", "fixed_length"):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
-        self.require(0 < self.svd_rank_fraction <= 1, "svd_rank_fraction", "must be in (0, 1]")
-        sweep_ok = all(0 < f <= 1 for f in self.svd_rank_sweep) and 1.0 in self.svd_rank_sweep
-        self.require(
-            sweep_ok and self.svd_rank_fraction in self.svd_rank_sweep,
-            "svd_rank_sweep",
-            "needs 1.0 and svd_rank_fraction, each in (0, 1]",
-        )
+        svd_rank.SVDParams.check(self)
         bucket_ok = len(self.buckets) >= 1 and list(self.buckets) == sorted(set(self.buckets)) and self.buckets[0] >= 1
         self.require(bucket_ok, "buckets", "must be increasing positive lengths")
         self.require(set(self.tflite_variants) <= set(VARIANTS), "tflite_variants", f"must be among {list(VARIANTS)}")
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
-
-    @property
-    def svd_rank(self) -> int:
-        return svd.rank_for(self.hidden_units, self.svd_rank_fraction)
 
     def chosen_users(self, corpus: Corpus) -> list[str]:
         return list(corpus.split.test)[: self.max_test_users or None]
@@ -115,16 +101,10 @@ def first_samples(samples: Samples, n: int) -> Samples:
     return Samples(s.inputs[:end], s.labels[:end], s.offsets[: n + 1], s.n_context[:n], s.word_len[:n], s.target[:n])
 
 
-def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd_retrain.Compressed:
-    """SVD layer compression of every seed's global model, then re-training on the crowd (Sec. 5.1)."""
-    return svd_retrain.compress_globals(models, params, corpus, log)
-
-
-def rank_sweep(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
-    """The first seed's global model factored at each of `svd_rank_sweep`, its held-out loss."""
-    models.model.set_weights(models.weights[params.seed])
-    args = (params.svd_rank_sweep, params.hidden_units, common.global_task(params), corpus.holdout_samples)
-    return svd.rank_sweep(models.model, *args)
+def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print):
+    """SVD layer compression of every seed's global model at the rank the rule chooses on held-out
+    global text, then re-training on the crowd (Sec. 5.1); and the rule's sweep."""
+    return svd_rank.compress(params, corpus, models, log)
 
 
 class Personal:
@@ -136,8 +116,7 @@ class Personal:
 
     def setup(self, variant: str, seed: int, train: Samples, test: Samples):
         """(model with its starting weights set, starting weights, train, test, vocabulary map)."""
-        full = (self.models.model, self.models.weights[seed])
-        return VARIANTS[variant].model(full, (self.compressed.model, self.compressed.weights[seed]), train, test)
+        return VARIANTS[variant].for_seed(self.models, self.compressed, seed, train, test)
 
     def trainer(self, variant: str, model):
         """The variant's personal trainer; a vocabulary-compressed model is the user's own size."""
@@ -219,8 +198,10 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     measured |= {f"{n} costs top-k-eff": (eff("baseline"), eff(v)) for v, n in SIZE_CLAIMS.items()}
     rng, epoch = (lambda name: streams.rng(params.seed, name)), (lambda v: wide(runs, v, "epoch_time_seconds"))
     models.model.set_weights(models.weights[params.seed])
-    causes = t2m.causes(runs, t2m.softmax_share(models.model), compressed, sweep, compressed.rank)
-    why = t2m.diagnoses(causes, compressed.rank, params.hidden_units)
+    causes = t2m.causes(runs, t2m.softmax_share(models.model), sweep)
+    shape = dict(words_in=corpus.vocab.input_size, words_out=corpus.vocab.size, embedding=params.embedding_dim)
+    sizes = t2m.size_table(runs, shape | dict(hidden=params.hidden_units, layers=params.lstm_layers), compressed.rank)
+    why = t2m.diagnoses(causes, sweep, sizes, runs)
     ours[t2m.USED_WORDS] = float(np.median(runs[runs.variant == "vocab"].output_words))
     c.effects(measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
     c.paper_vs_ours(ours)
@@ -229,10 +210,12 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     tables = dict(data=corpus.table(), runs=runs, table2=t2, bucketing=bucketing_table(runs))
     tables.update(training=pd.concat([models.history(), compressed.history()]), global_model_cache=models.cache())
     tables.update(svd_model_cache=compressed.cache(), svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
+    tables["model_size_arithmetic"] = sizes
     tables["timing_effects"] = timing_effects.rename(columns=_TIMING_COLUMNS)
     if on_device_table is not None:
         tables["on_device"] = on_device_table
     notes = dict(vocabulary_size=corpus.vocab.size, svd_rank=compressed.rank, split_digest=corpus.split.digest)
+    notes["svd_rank_rule"] = f"{svd_rank.RULE}; tolerance {params.svd_rank_tolerance:g}"
     notes.update(test_users=params.chosen_users(corpus), seeds=params.seed_list)
     notes.update(personal_learning_rate=params.personal_learning_rate, global_models_from_cache=models.from_cache)
     notes["time_ratio_to_baseline (volatile)"] = dict(zip(t2.variant, t2.time_ratio_to_baseline))
@@ -245,7 +228,7 @@ def run(params: Params, speeches=None, log=print) -> record.Result:
     start = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
     models = train_global(params, corpus, log)
-    compressed, sweep = compress_global(params, corpus, models, log), rank_sweep(params, corpus, models)
+    compressed, sweep = compress_global(params, corpus, models, log)
     rows = personalize(params, corpus, models, compressed, log)
     table, files = on_device(params, corpus, models, compressed, log)
     return conclude(params, corpus, models, compressed, sweep, rows, table, files, time.perf_counter() - start)

@@ -8,7 +8,7 @@ are scored on the whole stream, its last part (the paper: the last 10K of 100K s
 user's later lines (D3's test part). The online trainer is the protocol's (`protocol.online_trainer`):
 by default DeepType's on-device path, the softmax alone reusing the inference's cached features.
 
-Stages: `load_corpus`, `train_global`, `emulate`, `conclude`.
+Stages: `per_user_text.load_corpus`, `common.train_global`, `emulate`, `conclude`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import chars_needed, top_k_eff
 from ondevice.papers.deeptype import common, protocol, report

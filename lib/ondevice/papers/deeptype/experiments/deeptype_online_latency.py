@@ -23,11 +23,12 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import tflite, tflite_reuse
-from ondevice.device.device_profile import extrapolate_seconds, load_device_profile
-from ondevice.papers.deeptype import common, protocol
+from ondevice.papers.deeptype import common, protocol, reuse_compressed
 from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype.reuse_compressed import COMPRESSED, UNCOMPRESSED
+from ondevice.papers.deeptype.techniques import svd_rank
 from ondevice.report import claims, facts, record
 from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
@@ -43,7 +44,7 @@ SECTION = "Which reading of the two steps"
 
 
 @dataclass(frozen=True)
-class Params(typing_protocol.DeepTypeParams):
+class Params(typing_protocol.DeepTypeParams, svd_rank.SVDParams):
     online_batch_size: int = 16  # the paper buffers 16 samples
     lengths: tuple[int, ...] = tuple(range(2, 31, 2))
     repeats: int = 15  # timed batches per (runtime, length, way); the median is reported
@@ -56,7 +57,7 @@ class Params(typing_protocol.DeepTypeParams):
     bootstrap: int = 2000
 
     PRESETS = typing_protocol.presets(
-        {"smoke": dict(lengths=(2, 10, 20, 30), repeats=5, warmup=2, parity_steps=3, bootstrap=500)}
+        {"smoke": dict(lengths=(2, 10, 20, 30), repeats=5, warmup=2, parity_steps=3, bootstrap=500) | svd_rank.SMOKE}
     )
 
     def check(self) -> None:
@@ -66,6 +67,7 @@ class Params(typing_protocol.DeepTypeParams):
             self.require(getattr(self, name) >= 1, name, "must be at least 1")
         self.require(self.warmup >= 0, "warmup", "must be >= 0")
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
+        svd_rank.SVDParams.check(self)
 
 
 def _online(params: Params, models: GlobalModels):
@@ -84,20 +86,19 @@ def _max_diff(a, b) -> float:
     return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
 
 
-def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> tuple[pd.DataFrame, bytes]:
+def correctness(
+    params: Params, corpus: Corpus, models: GlobalModels, compressed, log=print
+) -> tuple[pd.DataFrame, bytes]:
     """The reuse update equals the fine-tune update on the same batch (TF: the softmax weights after
-    one step; TFLite: the logits after one `train` vs one `train_from_cache` step), and TFLite's
-    `train_from_cache` losses equal TensorFlow's over `parity_steps` steps. Returns the table and
-    the flatbuffer exported from the global weights."""
+    one step, on the uncompressed and on the combined compressed model; TFLite: the logits after one
+    `train` vs one `train_from_cache` step), and TFLite's `train_from_cache` losses equal
+    TensorFlow's over `parity_steps` steps. Returns the table and the flatbuffer exported from the
+    global weights."""
     model, start, task, online = _online(params, models)
     batches = _user_batches(params, corpus, corpus.split.test[0])[: params.parity_steps]
     x, y = batches[0]
-    online.reset(start)
-    online.train(x, y)
-    plain = online.head_weights()
-    online.reset(start)
-    online.train_from_cache(online.infer_and_cache(x)["features"], y)
-    weight_diff, moved = _max_diff(plain, online.head_weights()), _max_diff(plain, start[-2:])
+    weight_diff, moved = reuse_compressed.reuse_check(online, start, x, y)
+    small_diff, small_moved = reuse_compressed.compressed_check(params, corpus, models, compressed)
     online.reset(start)
     training = (params.personal_learning_rate, params.personal_optimizer)
     module = inference_reuse.OnlineTrainer(model, task, *training, clip_norm=params.personal_clip_norm)
@@ -115,6 +116,7 @@ def correctness(params: Params, corpus: Corpus, models: GlobalModels, log=print)
     loss_diff = float(np.max(np.abs(np.array(tf_losses) - np.array(lite, float))))
     rows = [
         ("TF: softmax weights, fine-tune step vs reuse step (max |difference|)", weight_diff, 1e-6, moved),
+        (f"TF, {COMPRESSED} model: the same (max |difference|)", small_diff, 1e-6, small_moved),
         ("TFLite: logits after `train` vs after `train_from_cache` (max |difference|)", logit_diff, 1e-4, np.nan),
         (f"train_from_cache loss, TF vs TFLite over {len(batches)} steps (max |difference|)", loss_diff, 1e-5, np.nan),
     ]
@@ -130,36 +132,42 @@ def _seconds(fn) -> float:
     return time.perf_counter() - t0
 
 
-def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: bytes | None, log=print) -> pd.DataFrame:
+def _tf_calls(online):
+    return lambda x, y, f: {
+        "without reuse": lambda: float(online.train(x, y)["loss"]),
+        "with reuse": lambda: float(online.train_from_cache(f, y)["loss"]),
+        "inference (cached)": lambda: online.infer_and_cache(x)["logits"].numpy(),
+    }
+
+
+def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer, compressed, log=print) -> pd.DataFrame:
     """Seconds of one online batch per (runtime, length, way): the median (and 10th/90th
     percentiles) of `repeats` timed batches after `warmup`, the ways interleaved so that load from
     other processes hits them alike. 'inference (cached)' is the keyboard's forward pass that
-    fills the cache (it runs anyway while the user types; shown for scale)."""
+    fills the cache (it runs anyway while the user types; shown for scale). The combined
+    compressed model (first test user's words, `reuse_compressed`) runs in TensorFlow too."""
     _, start, _, online = _online(params, models)
-    runtimes = {
-        "TensorFlow": lambda x, y, f: {
-            "without reuse": lambda: float(online.train(x, y)["loss"]),
-            "with reuse": lambda: float(online.train_from_cache(f, y)["loss"]),
-            "inference (cached)": lambda: online.infer_and_cache(x)["logits"].numpy(),
-        }
-    }
-    features = {"TensorFlow": lambda x: online.infer_and_cache(x)["features"]}
+    small, vmap = reuse_compressed.user_model(params, corpus, models, compressed, corpus.split.test[0], params.seed)
+    small = protocol.online_trainer(params, small, common.task(params), reuse=True)
+    features = lambda trainer: lambda x: trainer.infer_and_cache(x)["features"]  # noqa: E731
+    runtimes = {"TensorFlow": (_tf_calls(online), features(online), corpus.vocab.size)}
+    runtimes[f"TensorFlow, {COMPRESSED}"] = (_tf_calls(small), features(small), vmap.size)
     if params.tflite_latency and flatbuffer is not None:
         lite = tflite.interpreter(flatbuffer).get_signature_runner
         train, cache, fromcache = lite("train"), lite("infer_and_cache"), lite("train_from_cache")
-        runtimes["TFLite"] = lambda x, y, f: {
+        calls = lambda x, y, f: {  # noqa: E731
             "without reuse": lambda: train(tokens=x, labels=y)["loss"],
             "with reuse": lambda: fromcache(features=f, labels=y)["loss"],
             "inference (cached)": lambda: cache(tokens=x)["logits"],
         }
-        features["TFLite"] = lambda x: cache(tokens=x)["features"]
+        runtimes["TFLite"] = (calls, lambda x: cache(tokens=x)["features"], corpus.vocab.size)
     rows, begin = [], time.perf_counter()
-    for runtime, calls in runtimes.items():
+    for runtime, (calls, feature, words) in runtimes.items():
         rng = streams.rng(params.seed, "diagnostics/online_latency")
         for length in params.lengths:
             x = rng.integers(2, corpus.vocab.input_size, size=(params.online_batch_size, length), dtype=np.int32)
-            y = rng.integers(2, corpus.vocab.size, size=(params.online_batch_size, length), dtype=np.int32)
-            fns = calls(x, y, np.asarray(features[runtime](x)))
+            y = rng.integers(2, words, size=(params.online_batch_size, length), dtype=np.int32)
+            fns = calls(x, y, np.asarray(feature(x)))
             for _ in range(params.warmup):
                 for fn in fns.values():
                     fn()
@@ -176,33 +184,6 @@ def latency(params: Params, corpus: Corpus, models: GlobalModels, flatbuffer: by
     return pd.DataFrame(rows, columns=["runtime", "length", "way", "repeats", *(f"{q}_seconds" for q in QUANTILES)])
 
 
-def work_per_user(params: Params, corpus: Corpus, models: GlobalModels) -> pd.DataFrame:
-    """Analytic FLOPs of one online update, averaged over each test user's real online batches
-    (their typing in order, 16 samples a batch), without and with reuse. Deterministic."""
-    config, flops, rows = typing_protocol.model_config(params, corpus), inference_reuse.flops_per_update, []
-    for seed in params.seed_list:
-        for user in corpus.split.test:
-            lengths = [x.shape[1] for x, _ in _user_batches(params, corpus, user)]
-            without, with_ = (np.mean([flops(config, params.online_batch_size, n, r) for n in lengths]) for r in (0, 1))
-            rows.append((seed, user, len(lengths), np.mean(lengths), without / 1e6, with_ / 1e6, without / with_))
-    columns = ["seed", "user", "online_batches", "mean_length", "mflops_without_reuse", "mflops_with_reuse", "ratio"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def device_extrapolation(params: Params, work: pd.DataFrame) -> pd.DataFrame | None:
-    """With a device profile: each test user's online training (all their batches) on that device,
-    extrapolated from the profile's steady step time, scaled by sequence length."""
-    if not params.device_profile:
-        return None
-    profile = load_device_profile(params.device_profile)
-    rows = []
-    for r in work[work.seed == params.seed].itertuples():
-        e = extrapolate_seconds(profile, r.online_batches, r.mean_length)
-        rows.append((r.user, e["device"], e["variant"], r.online_batches, e["step_seconds"], e["seconds"], e["label"]))
-    columns = ["device", "variant", "online_batches", "extrapolated_step_seconds", "extrapolated_seconds", "label"]
-    return pd.DataFrame(rows, columns=["user", *columns])
-
-
 def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
     """Our measured medians at the paper's reference length beside the paper's values (seconds)."""
     ref = min(params.lengths, key=lambda n: abs(n - REF_LENGTH))
@@ -211,8 +192,8 @@ def latency_vs_paper(table: pd.DataFrame, params: Params) -> pd.DataFrame:
     return at[["runtime", "way", "length"]].assign(paper_seconds=paper, our_median_seconds=at.median_seconds.to_numpy())
 
 
-def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table, work, flatbuffer, wall_time_s):
-    config, longest = typing_protocol.model_config(params, corpus), max(params.lengths)
+def conclude(params, corpus, models, compressed, sweep, checks, table, work, flatbuffer, wall_time_s):
+    config, longest, batch = typing_protocol.model_config(params, corpus), max(params.lengths), params.online_batch_size
     c = Conclusion(NAME, params, PAPER)
     for runtime in table.runtime.unique():  # timing does not depend on the weights: one value stands for every seed
         g = table[(table.runtime == runtime) & (table.length == longest)].set_index("way").median_seconds
@@ -223,16 +204,32 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table
         {"max |weight difference|, reuse vs fine-tune step": [checks.value.iloc[0]]},
         {"max |weight difference|, reuse vs fine-tune step": 1e-6},
     )
-    flops = lambda n, reuse: inference_reuse.flops_per_update(config, params.online_batch_size, n, reuse)  # noqa: E731
+    # where the paper measures (Fig. 6): the combined compressed model, at the median user's words
+    kept, rank = int(np.median(work[work.model == COMPRESSED].output_words)), compressed.rank
+    small = reuse_compressed.config(params, corpus, kept)
+    flops = lambda n, reuse, cfg=small, r=rank: inference_reuse.flops_per_update(cfg, batch, n, reuse, r)  # noqa: E731
     values = (flops(REF_LENGTH, False) / flops(REF_LENGTH, True), 1.0, flops(30, False) / flops(2, False))
-    wide = work.pivot(index="seed", columns="user")
-    measured = {PAPER.effects[0].claim: (wide.mflops_without_reuse.to_numpy(), wide.mflops_with_reuse.to_numpy())}
-    readings = pd.Series(inference_reuse.cost_readings(config, params.online_batch_size, REF_LENGTH), name="ratio")
-    paper = PAPER.numbers[0].value  # without / with reuse; FLOPs only, as measured latency varies from run to run
-    within = readings.min() <= paper <= readings.max()  # then the paper's reading of the two steps explains it
-    span = f"{readings.min():.2f} (ours) to {readings.max():.2f} (full back-propagation without reuse)"
-    text = f"FLOP ratio at length {REF_LENGTH}: {span}; the paper's {paper:g}x is "
-    text += "within their range" if within else "above every reading"
+    plain = flops(REF_LENGTH, False, config, 0) / flops(REF_LENGTH, True, config, 0)
+    c.headlines({f"update cost without / with reuse, length {REF_LENGTH}, {UNCOMPRESSED} model": [plain]})
+    sub = work[work.model == COMPRESSED]
+    wide = lambda column: sub.pivot(index="seed", columns="user", values=column).to_numpy()  # noqa: E731
+    measured = {PAPER.effects[0].claim: (wide("mflops_without_reuse"), wide("mflops_with_reuse"))}
+    readings = pd.DataFrame(
+        {
+            UNCOMPRESSED: inference_reuse.cost_readings(config, batch, REF_LENGTH),
+            COMPRESSED: inference_reuse.cost_readings(small, batch, REF_LENGTH, rank),
+        }
+    )
+    paper, ours = PAPER.numbers[0].value, readings[COMPRESSED]  # without / with reuse; FLOPs (latency varies)
+    within = ours.min() <= paper <= ours.max()  # then the paper's reading of the two steps explains it
+    text = f"FLOP ratio at length {REF_LENGTH} on the {COMPRESSED} model (t={rank}, {kept:,} words): "
+    text += f"{ours.min():.2f} (ours) to {ours.max():.2f} (full back-propagation without reuse), uncompressed "
+    text += f"{readings[UNCOMPRESSED].min():.2f}; the paper's {paper:g}x is "
+    text += (
+        "within the compressed model's range"
+        if within
+        else f"{'above' if paper > ours.max() else 'below'} every reading"
+    )
     kind = claims.Kind.READ_TWO_WAYS if within else claims.Kind.OPEN
     why = {PAPER.effects[0].claim: claims.Diagnosis(text, SECTION, kind)}
     c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
@@ -243,36 +240,33 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, checks, table
     )
     tables = dict(data=corpus.table(), latency=table, latency_vs_paper=latency_vs_paper(table, params))
     tables.update(correctness=checks, work_per_user=work, global_model_cache=models.cache())
+    tables.update(svd_rank_sweep=sweep, svd_model_cache=compressed.cache())
     tables["cost_readings"] = readings.rename_axis("reading").reset_index()
-    extrapolated = device_extrapolation(params, work)
+    extrapolated = reuse_compressed.device_extrapolation(params, work)
     if extrapolated is not None:
         tables["device_extrapolation"] = extrapolated
     notes = dict(
         vocabulary_size=corpus.vocab.size, split_digest=corpus.split.digest, test_users=list(corpus.split.test)
     )
     notes.update(seeds=params.seed_list, timed_seed=params.seed, global_models_from_cache=models.from_cache)
-    notes.update(
-        flex_ops=tflite_reuse.flex_ops(flatbuffer) if flatbuffer else [], device_profile=params.device_profile or None
-    )
-    return c.result(
-        tables,
-        [corpus.manifest.summary()],
-        corpus.manifest.stand_in_for,
-        wall_time_s,
-        models={"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {},
-        artifacts={"split.json": corpus.split.to_dict()},
-        **notes,
-    )
+    notes.update(svd_rank=rank, svd_rank_rule=f"{svd_rank.RULE}; tolerance {params.svd_rank_tolerance:g}")
+    notes.update(flex_ops=tflite_reuse.flex_ops(flatbuffer) if flatbuffer else [])
+    notes["device_profile"] = params.device_profile or None
+    files = {"deeptype_lstm_fine_tune_reuse.tflite": flatbuffer} if flatbuffer else {}
+    data, artifacts = [corpus.manifest.summary()], {"split.json": corpus.split.to_dict()}
+    return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, files, artifacts, **notes)
 
 
 def run(params: Params, speeches=None, log=print) -> record.Result:
     start = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
     models = train_global(params, corpus, log)
-    checks, flatbuffer = correctness(params, corpus, models, log)
-    table = latency(params, corpus, models, flatbuffer, log)
-    work = work_per_user(params, corpus, models)
-    return conclude(params, corpus, models, checks, table, work, flatbuffer, time.perf_counter() - start)
+    compressed, sweep = reuse_compressed.compress_global(params, corpus, models, log)
+    checks, flatbuffer = correctness(params, corpus, models, compressed, log)
+    table = latency(params, corpus, models, flatbuffer, compressed, log)
+    work = reuse_compressed.work_per_user(params, corpus, compressed.rank)
+    args = (compressed, sweep, checks, table, work, flatbuffer)
+    return conclude(params, corpus, models, *args, time.perf_counter() - start)
 
 
 def plot_latency(table: pd.DataFrame, device: dict | None = None):

@@ -6,7 +6,7 @@ trains (`protocol`) on the most recent 25 / 50 / 100% of the training part (a ph
 collected less history), with and without the dynamic vocabulary (`techniques.dynamic_vocab`), on
 the same batches in the same order, so the two differ only in the vocabulary.
 
-Stages: `load_corpus`, `train_global`, `vocabulary_reach`, `personalize`, `conclude`.
+Stages: `per_user_text.load_corpus`, `common.train_global`, `vocabulary_reach`, `personalize`, `conclude`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, build_samples
 from ondevice.metrics import top_k_eff

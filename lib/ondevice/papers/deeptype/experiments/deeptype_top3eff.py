@@ -18,14 +18,15 @@ import numpy as np
 import pandas as pd
 
 from ondevice import engine, streams
-from ondevice.data.per_user_text import Corpus, load_corpus  # noqa: F401  (stages)
+from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import parity
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import common, more_training, planted, protocol, report, sensitivity, step_size
-from ondevice.papers.deeptype.common import GlobalModels, train_global  # noqa: F401  (stages)
+from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.params import presets
-from ondevice.report import claims, facts
+from ondevice.report import facts
+from ondevice.report.conclusion import Conclusion, wide
 from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_top3eff"
@@ -64,6 +65,7 @@ class Params(typing_protocol.DeepTypeParams):
     step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
+    users_together: int = 1  # test users personalized at once (`training.many_users`; same rows to float32 rounding)
 
     PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
 
@@ -71,7 +73,7 @@ class Params(typing_protocol.DeepTypeParams):
         super().check()
         grid = bool(self.sgd_lr_grid or self.adam_lr_grid)
         self.at_least(0, "tflite_check_steps", "step_size_tie")
-        self.at_least(1, "personal_epochs")
+        self.at_least(1, "personal_epochs", "users_together")
         for name in ("sgd_lr_grid", "adam_lr_grid"):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
@@ -119,13 +121,13 @@ def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> protocol.Person
     return protocol.Personal(params, lstm_lm.build(config))
 
 
-def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
-    """One (seed, test user) on the engine: each global model as it is and personalised (the chosen
-    step-size reading; the crowd's also the other), and a model of the user's data alone; every draw
-    from the user's own streams, so rows do not depend on where it runs."""
+def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> list[dict]:
+    """A seed's `users_together` test users: each global model as it is and personalised (chosen step-size reading;
+    the crowd's also the other), and a model of the user's data alone; each user's own random streams."""
     p, w, main, tuned = shared["params"], shared["weights"], shared["reading"], shared["tuned"]
     personal = lambda name: _personal_for(p, shared["configs"][name])
-    rows = [_row(seed, user, g, data[n], personal(n).score_weights(w[n][seed], data[n][2])) for g, n in GLOBALS]
+    score = lambda u, d, g, n: _row(seed, u, g, d[n], personal(n).score_weights(w[n][seed], d[n][2]))  # noqa: E731
+    rows = {u: [score(u, d, g, n) for g, n in GLOBALS] for u, d in zip(users, data)}
     runs = [(P_CROWD, "crowd", p, main), (P_FAR, "far", p, main), (P_ONLY, "crowd", p, None)]
     runs += [(P_OTHER, "crowd", p, step_size.other(main))]
     runs += [(P_TUNED, "crowd", protocol.with_config(p, tuned), None)] if tuned else []
@@ -133,14 +135,14 @@ def user_job(shared: dict, seed: int, user: str, data: dict) -> list[dict]:
         scratch = condition == P_ONLY
         start, stream = (shared["scratch"][seed], "personal-only") if scratch else (w[name][seed], "personal")
         rates = step_size.schedule(p, reading, shared["kept"][name][seed]) if reading else None
-        (fit, held, test), rng = data[name], streams.rng(seed, f"{stream}/{user}")
-        got = personal(name).train((fit, test), start, q, rng, held=held, schedule=rates)[0]
-        rows.append(_row(seed, user, condition, data[name], got))
-    return rows
+        rngs = [streams.rng(seed, f"{stream}/{u}") for u in users]
+        for u, d, g in zip(users, data, personal(name).train_users([d[name] for d in data], start, q, rngs, rates)):
+            rows[u].append(_row(seed, u, condition, d[name], g))
+    return [r for u in users for r in rows[u]]
 
 
 def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
-    """Every (seed, test user) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
+    """Every (seed, group of test users) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
     `reading`: the personal step size (`step_size.select`)."""
     p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
@@ -154,13 +156,11 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
         "kept": {k: {s: step_size.kept_epoch(m, s) for s in p.seed_list} for k, m in models.items()},
     }
     data = lambda user: {k: c.personal_parts(user, p) for k, c in corpora.items()}
-    pairs = itertools.product(p.seed_list, corpora["crowd"].split.test)
-    jobs = [engine.Job(f"seed={s}/user={u}", user_job, dict(seed=s, user=u, data=data(u))) for s, u in pairs]
+    jobs = protocol.group_jobs(p.seed_list, corpora["crowd"].split.test, p.users_together, users_job, data)
     results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"{NAME}-personalize"), log=log)
-    for job, got in zip(jobs, results):
-        scores = ", ".join(f"{r['condition']} {r['top_k_eff']:.3f}" for r in got)
-        log(f"{job.key} ({got[0]['train_words']} personal words): {scores}")
-    return [r for got in results for r in got]
+    rows = [r for got in results for r in got]
+    protocol.log_users(rows, log)
+    return rows
 
 
 def control(params: Params, corpora: dict, models: dict, reading: str, log=print) -> list[dict]:
@@ -190,9 +190,6 @@ def on_device(params: Params, corpora: dict, models: dict, log=print):
     return parity.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
 
 
-users_table = report.rows_table
-
-
 def user_groups(users: pd.DataFrame) -> pd.Series:
     """D5's groups by personal training words: the lightest and heaviest 25% (at least one each), the rest normal."""
     words = users.drop_duplicates("user").set_index("user").train_words.sort_values(kind="stable")
@@ -204,7 +201,7 @@ def user_groups(users: pd.DataFrame) -> pd.Series:
 
 def _matrix(users: pd.DataFrame, condition: str, only=None) -> np.ndarray:
     d = users[users.condition == condition]
-    return report.wide(d if only is None else d[d.user.isin(only)])
+    return wide(d if only is None else d[d.user.isin(only)], "top_k_eff")
 
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
@@ -234,44 +231,43 @@ def group_table(users: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
 def conclude(params, corpora, models, tuned, selection, rows, on_device_table, flatbuffer, wall_time_s, more=None):
     """Tables (one row per user and condition), medians per condition, the paper's numbers beside
     ours, and each claimed effect's paired interval and three-way verdict; D5's groups likewise."""
-    users, summary, rng = report.rows_table(rows), summary_table(rows), streams.rng(params.seed, "bootstrap")
+    users, summary = report.rows_table(rows), summary_table(rows)
     medians = summary.pivot(index="seed", columns="condition", values="top_k_eff_median")
-    headline = report.headlines({f"top-k-eff, {c}": medians[c].tolist() for c in CONDITIONS if c in medians})
-    pair = lambda e, only=None: tuple(_matrix(users, q.removeprefix("top-k-eff, "), only) for q in (e.better, e.worse))
-    effects = [claims.effects_table(PAPER, {e.claim: pair(e) for e in PAPER.effects}, rng, n_boot=params.bootstrap)]
     groups = user_groups(users)
     users["group"] = users.user.map(groups)
     group_rows, group_values = group_table(users)
     members = {e.claim: groups.index[groups == e.claim.split()[-2]] for e in PAPER_GROUPS.effects}
     judged = tuple(e for e in PAPER_GROUPS.effects if len(members[e.claim]) >= 2)
-    if judged:  # D5's effects compare the personalized and the global crowd model within a group
-        m = {e.claim: tuple(_matrix(users, c, members[e.claim]) for c in (P_CROWD, G_CROWD)) for e in judged}
-        group_paper = dataclasses.replace(PAPER_GROUPS, effects=judged)
-        effects.append(claims.effects_table(group_paper, m, rng, n_boot=params.bootstrap))
-    ours = {q: h["value"] for q, h in headline.items()}
-    numbers = [claims.paper_vs_ours(PAPER, ours), claims.paper_vs_ours(PAPER_GROUPS, group_values)]
-    both = {k: (models[k], c, dict(global_text=c.global_text)) for k, c in corpora.items()}
+    # Table 1's and D5's facts as one paper; D5's effects judged only in groups of two users or more
+    both = dataclasses.replace(PAPER, numbers=PAPER.numbers + PAPER_GROUPS.numbers, effects=PAPER.effects + judged)
+    c = Conclusion(NAME, params, both)
+    c.headlines({f"top-k-eff, {q}": medians[q].tolist() for q in CONDITIONS if q in medians})
+    pair = lambda e: tuple(_matrix(users, q.removeprefix("top-k-eff, ")) for q in (e.better, e.worse))
+    # D5's effects compare the personalized and the global crowd model within a group
+    group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD, G_CROWD))
+    measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
+    effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
+    c.effect_rows(sensitivity.diagnose(effects, users, more))
+    c.paper_vs_ours(extra=group_values)
+    text = lambda k: dict(global_text=corpora[k].global_text)
     tables = {
-        "data": pd.concat([c.table().assign(vocabulary=c.global_text) for c in corpora.values()], ignore_index=True),
+        "data": pd.concat([x.table().assign(vocabulary=x.global_text) for x in corpora.values()], ignore_index=True),
         "users": users,
         "summary": summary,
         "groups": group_rows,
         "selection": selection,
-        "training": pd.concat([m.history().assign(**g) for m, _, g in both.values()]),
-        "global_model_cache": pd.concat([m.cache().assign(**g) for m, _, g in both.values()], ignore_index=True),
-        "paper_vs_ours": pd.concat(numbers, ignore_index=True),
-        "effects": sensitivity.diagnose(pd.concat(effects, ignore_index=True), users, more),
+        "training": pd.concat([m.history().assign(**text(k)) for k, m in models.items()]),
+        "global_model_cache": pd.concat([m.cache().assign(**text(k)) for k, m in models.items()], ignore_index=True),
+        "personal_curves": report.personal_curves(rows),
+        "kept_epochs": report.kept_epochs(users),
+        "crowd_overlap": pd.concat([x.overlap(params.personal_train_fraction) for x in corpora.values()]),
     }
-    tables |= {"personal_curves": report.personal_curves(rows), "kept_epochs": report.kept_epochs(users)}
-    tables |= {"crowd_overlap": pd.concat([c.overlap(params.personal_train_fraction) for c in corpora.values()])}
-    tables |= {"on_device": on_device_table} if on_device_table is not None else {}
-    tables |= more or {}
-    notes = dict(
-        paper_config=protocol.config(params), tuned_config=tuned, data=[m.summary() for m in corpora["far"].manifests]
-    )
+    tables |= ({"on_device": on_device_table} if on_device_table is not None else {}) | (more or {})
+    notes = dict(paper_config=protocol.config(params), tuned_config=tuned)
     notes |= dict(model_parameters=common.model_card(models["crowd"].model)["parameters"])
     notes |= dict(global_models_from_cache={k: m.from_cache for k, m in models.items()})
-    result = report.result(NAME, params, corpora["crowd"], tables, headline, wall_time_s, **notes)
+    data = [m.summary() for m in corpora["far"].manifests]
+    result = report.record(c, corpora["crowd"], tables, wall_time_s, data=data, **notes)
     result.models = {"deeptype_lstm_trainable.tflite": flatbuffer} if flatbuffer else {}
     return result
 
@@ -293,7 +289,7 @@ def run(params: Params, speeches=None, log=print):
 
 def paper_table(summary: pd.DataFrame, tuned: dict | None) -> pd.DataFrame:
     """Table 1's layout: global corpus x personalization, median top-k-eff (mean over seeds)."""
-    med, paper = summary.groupby("condition").top_k_eff_median.mean(), report.paper_values(PAPER)
+    med, paper = summary.groupby("condition").top_k_eff_median.mean(), {n.quantity: n.value for n in PAPER.numbers}
     shown = [c for c in CONDITIONS if c != P_TUNED or (c in med.index and tuned)]
     value = lambda c: (*TABLE1[c], med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan))
     rows = [(g, p.format(**(tuned or {})), ours, theirs) for g, p, ours, theirs in map(value, shown)]

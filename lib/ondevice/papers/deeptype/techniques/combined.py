@@ -36,6 +36,12 @@ class Variant:
         source = hook.batches(task, data, size, rng) if hook else None
         return list(source if source is not None else task.batches(data, size, rng))
 
+    def for_seed(self, models, compressed, seed: int, train, test):
+        """`model` from one seed's global model (`common.GlobalModels`) and SVD global model
+        (`svd_retrain.Compressed`; None for a variant without SVD)."""
+        svd = (compressed.model, compressed.weights[seed]) if compressed is not None else None
+        return self.model((models.model, models.weights[seed]), svd, train, test)
+
     def model(self, full, compressed, train, test):
         """(model with its starting weights set, those weights, train, test, vocabulary map or None)
         from `full` / `compressed`: (Keras model, weights) pairs of the global and the SVD model."""

@@ -89,22 +89,30 @@ class Compressed:
         return pd.DataFrame(rows)
 
 
-def compress_globals(models, params, corpus, log=print) -> Compressed:
-    """`retrain_global` for every seed's global model (`common.GlobalModels`) at `params.svd_rank`,
-    in the global regime (batch, optimizer, clipping, plateau rule on the held-out global text) at
-    the learning rate the global model's kept epoch trained with: re-training continues its
-    schedule rather than restarting it, up to `svd_retrain_epochs`."""
-    entries, stop = {}, Plateau(params.global_patience, params.global_min_improvement)
-    for seed in params.seed_list:
-        base = models.entries[seed]
-        rate = common.global_rate(params, common.kept_epoch(base.info) or 1)
-        training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size, learning_rate=rate)
-        training.update(optimizer=params.optimizer, clip_norm=params.global_clip_norm)
-        models.model.set_weights(models.weights[seed])
-        rng = lambda s=seed: streams.rng(s, "batches/svd_retrain")  # noqa: E731
-        args = (models.model, base.key, params.svd_rank, corpus.crowd_samples, common.global_task(params))
-        entries[seed] = retrain_global(
-            *args, rng_factory=rng, holdout=corpus.holdout_samples, stop=stop, log=log, **training
-        )
-    shape = compress(models.model, params.svd_rank)
-    return Compressed(shape, params.svd_rank, {s: e.weights for s, e in entries.items()}, entries)
+def kept_loss(entry: model_cache.Entry) -> float | None:
+    """The held-out loss of the epoch a re-training kept (None without a hold-out curve)."""
+    info = entry.info
+    kept = [h["holdout_loss"] for h in info["history"] if h["epoch"] == info.get("kept_epoch")]
+    return float(kept[0]) if kept else None
+
+
+def retrain_seed(models, params, corpus, seed: int, rank: int, log=print) -> model_cache.Entry:
+    """`retrain_global` of one seed's global model (`common.GlobalModels`) at `rank`, in the global
+    regime (batch, optimizer, clipping, plateau rule on the held-out global text) at the learning
+    rate the global model's kept epoch trained with: re-training continues its schedule rather
+    than restarting it, up to `svd_retrain_epochs`."""
+    base, stop = models.entries[seed], Plateau(params.global_patience, params.global_min_improvement)
+    rate = common.global_rate(params, common.kept_epoch(base.info) or 1)
+    training = dict(epochs=params.svd_retrain_epochs, batch_size=params.global_batch_size, learning_rate=rate)
+    training.update(optimizer=params.optimizer, clip_norm=params.global_clip_norm)
+    models.model.set_weights(models.weights[seed])
+    rng = lambda: streams.rng(seed, "batches/svd_retrain")  # noqa: E731
+    args = (models.model, base.key, rank, corpus.crowd_samples, common.global_task(params))
+    return retrain_global(*args, rng_factory=rng, holdout=corpus.holdout_samples, stop=stop, log=log, **training)
+
+
+def compress_globals(models, params, corpus, rank: int, log=print) -> Compressed:
+    """`retrain_seed` for every seed's global model at `rank` (cached)."""
+    entries = {seed: retrain_seed(models, params, corpus, seed, rank, log) for seed in params.seed_list}
+    shape = compress(models.model, rank)
+    return Compressed(shape, rank, {s: e.weights for s, e in entries.items()}, entries)
