@@ -65,16 +65,17 @@ def params(**overrides) -> colla.Params:
 
 
 def test_ct_model_reaches_the_planted_chains_table_and_an_untrained_one_does_not():
-    devices, p = planted(), params()
-    trained = controls.ct_control(p, devices, 0, controls.INPUTS[1])
+    devices, p = dataclasses.replace(planted(), inputs=common.INPUTS[1]), params()
+    trained = controls.ct_control(p, devices, 0)
     # the table on 80% of 2 x 3 x 120 samples finds NEXT: about p_follow = 0.85 of the test labels
     assert trained["Markov accuracy"] > 0.75
     assert trained["verdict"] == "passes", trained
     assert trained["model accuracy"] >= trained["Markov accuracy"] - p.control_tolerance
     assert trained["steps_to_best"] > 0
     untrained = mrnn.build(p.cloud_config(devices.places), 5).get_weights()
-    fresh = controls.ct_control(p, devices, 0, controls.INPUTS[1], ct_weights=untrained)
+    fresh = controls.ct_control(p, devices, 0, run_ct=(untrained, 7))
     assert fresh["verdict"] == "fails" and fresh["model accuracy"] < 0.5
+    assert fresh["steps_to_best"] == 7 and fresh["inputs"] == common.INPUTS[1]
 
 
 def test_device_model_on_the_top_devices_reaches_their_tables():
@@ -84,16 +85,53 @@ def test_device_model_on_the_top_devices_reaches_their_tables():
     )  # d2 has no cycle-1 data: never a top device
     assert controls.top_devices(p, devices) == ["d0", "d1"]
     rt = protocol.Runtime(p, devices)
-    got = controls.device_control(p, devices, rt, 0, controls.INPUTS[1])
+    got = controls.device_control(p, dataclasses.replace(devices, inputs=common.INPUTS[1]), rt, 0)
     assert got["devices"] == 2 and got["Markov accuracy"] > 0.75
     assert got["verdict"] == "passes", got
 
 
 def test_last_place_only_keeps_the_tables_input_and_nothing_else():
     x = np.arange(2 * HISTORY * 6, dtype=np.int32).reshape(2, HISTORY, 6) + 1
-    out = controls.last_place_only(x)
+    out = common.last_place_only(x)
     assert out[:, -1, 0].tolist() == x[:, -1, 0].tolist()
     assert out.sum() == x[:, -1, 0].sum()
+
+
+def test_a_devices_view_gives_every_sample_with_the_inputs_it_names():
+    paper = planted()
+    table = dataclasses.replace(paper, inputs=common.INPUTS[1])
+    for parts in ([0], [1, 2]):
+        (x, y), (tx, ty) = paper.samples("d1", parts, 2), table.samples("d1", parts, 2)
+        assert (ty == y).all() and (tx == common.last_place_only(x)).all()
+        assert (x[:, :-1] != 0).any()  # the paper's view keeps the other steps and features
+    pooled_x, _ = table.pooled([0, 1], 1)
+    assert pooled_x[:, :-1].sum() == 0 and pooled_x[:, -1, 1:].sum() == 0
+
+
+def test_the_input_rule_takes_the_higher_held_out_accuracy_ties_to_the_papers():
+    frame = lambda a, b: pd.DataFrame({"inputs": common.INPUTS, "held-out accuracy": [a, b]})  # noqa: E731
+    assert controls.chosen_inputs(frame(0.20, 0.26)) == common.INPUTS[1]
+    assert controls.chosen_inputs(frame(0.27, 0.26)) == common.INPUTS[0]
+    assert controls.chosen_inputs(frame(0.26, 0.26)) == common.INPUTS[0]
+
+
+def test_the_held_out_split_is_each_devices_latest_fifth_of_its_training_parts():
+    devices, p = planted(n=50), params()
+    (tx, ty), (vx, vy) = controls.held_out_split(p, devices)
+    n = 2 * 50  # parts 0..cycles = 0, 1; the test period (part 2) is never read
+    assert len(ty) + len(vy) == 3 * n and len(vy) == 3 * 20
+    x, y = devices.samples("d0", [0, 1], 1)
+    assert (vx[:20] == x[-20:]).all() and (vy[:20] == y[-20:]).all()
+
+
+def test_input_choice_trains_for_real_and_prefers_the_table_input_on_noise_features():
+    # time features are noise in the planted walk: the last place is all there is to learn
+    devices, p = planted(n=120), params()
+    choice = controls.input_choice(p, devices, log=lambda *a: None)
+    assert choice.inputs.tolist() == list(common.INPUTS)
+    assert (choice.steps_to_best > 0).all()
+    table_input = choice.set_index("inputs").loc[common.INPUTS[1]]
+    assert table_input["held-out accuracy"] >= table_input["Markov held-out accuracy"] - p.control_tolerance
 
 
 def test_control_summary_judges_the_means_over_seeds_with_the_tolerance():

@@ -11,6 +11,7 @@ from ondevice.models import mrnn
 from ondevice.models.markov import Markov
 from ondevice.papers.colla import common, protocol
 from ondevice.papers.colla.experiments import colla
+from ondevice.training.trainer import Trainer
 
 HISTORY = 3
 
@@ -93,3 +94,25 @@ def test_validation_devices_are_spread_over_the_uids():
     params = colla.Params.for_scale("smoke", validation_devices=3)
     devices = devices_of(*(device(f"{k:03d}", [1], [2], [1]) for k in range(9)))
     assert protocol.validation_devices(params, devices) == ["000", "003", "006"]
+
+
+def test_a_warm_started_fit_whose_epochs_all_score_worse_keeps_its_start():
+    params = colla.Params.for_scale("smoke", history=HISTORY, learning_rate=0.05, cloud_patience=3)
+    model = mrnn.build(params.cloud_config(6), 4)
+    trainer = Trainer(model, common.location_task(params, 6), params.learning_rate)
+    rng = np.random.default_rng(0)
+    x = np.stack([rng.integers(0, k, (96, HISTORY)) for k in [6, 24, 60, 7, 144, 144]], -1).astype(np.int32)
+    start = model.get_weights()
+    # training labels 1, validation labels 2 on the same inputs: every epoch raises the validation loss
+    weights, history = common.fit_until_plateau(
+        trainer, start, (x, np.full(96, 1, np.int32)), (x, np.full(96, 2, np.int32)), params, rng, 10, 3
+    )
+    assert history.best_epoch == 0 and len(history) == 4  # epochs 1..4, patience 3 after epoch 1
+    assert all(h["validation_loss"] > history.start_loss for h in history)
+    assert all((w == s).all() for w, s in zip(weights, start))
+    assert protocol.training_row(history)["steps_to_best"] == 0 and protocol.training_row(history)["steps"] == 12
+    # the same labels on both sides: an epoch beats the start and is kept
+    weights, history = common.fit_until_plateau(
+        trainer, start, (x, np.full(96, 1, np.int32)), (x, np.full(96, 1, np.int32)), params, rng, 10, 3
+    )
+    assert history.best_epoch >= 1 and history[history.best_epoch - 1]["validation_loss"] < history.start_loss

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ondevice.papers.colla import protocol
 from ondevice.papers.colla.experiments import colla, colla_cost
 
 COORDINATE_NAME = re.compile(r"lat|lng|lon|coord|geohash|cell|trajector|point", re.I)
@@ -65,7 +66,7 @@ def test_results_hold_aggregate_metrics_only(results):
 def test_colla_numbers_are_sane(results):
     out = results["colla"]
     cycles = pd.read_csv(out / "tables" / "cycles.csv", dtype={"device": str})
-    assert set(cycles.method) == {*colla.METHODS, *colla.BASELINES}
+    assert set(cycles.method) == {*protocol.METHODS, *protocol.BASELINES}
     assert cycles[["accuracy", "precision", "recall"]].stack().between(0, 1).all()
     np.testing.assert_allclose(cycles.recall, cycles.accuracy)  # weighted recall is accuracy
     summary = pd.read_csv(out / "tables" / "summary.csv")

@@ -1,17 +1,23 @@
-"""Colla's known-answer controls: a neural model that can represent a first-order Markov table
-and sees the table's data must reach the table's accuracy on the same test places.
+"""Colla's known-answer controls, the choice of inputs they lead to, and the data-scale probe.
 
-(1) CT's M-RNN (a place embedding into a softmax over places can be the pooled table) against
-the pooled Markov table; (2) the light device model on the devices with the most data against
-each one's own table. Each is run twice: with the paper's inputs (six features over `history`
-steps) and with the table's input only (the last step's place, every other id blanked), which
-separates "training cannot reach the table" from "the extra inputs generalise worse than the
-table". Both sides see the same training samples: the table is counted on exactly the part the
-model takes gradient steps on (not its early-stopping part). Accuracy is pooled over the test
-samples (every label counts once); a control passes when the model is at most `tolerance` below.
+A neural model that can represent a first-order Markov table and sees the table's data must
+reach the table's accuracy on the same test places. (1) CT's M-RNN (a place embedding into a
+softmax over places can be the pooled table) against the pooled Markov table; (2) the light
+device model on the devices with the most data against each one's own table. Each runs with the
+paper's inputs (six features over `history` steps) and with the table's input only (the last
+step's place, every other id 0), which separates "training cannot reach the table" from "the
+extra inputs generalise worse than the table". Both sides see the same training samples: the
+table is counted on exactly the part the model takes gradient steps on. Accuracy is pooled over
+the test samples (every label counts once); a control passes when the model is at most
+`tolerance` below the table.
+
+`input_choice` picks what every model reads on held-out *training* data, never a test period;
+`data_scale` measures control (1)'s gap against the amount of pooled training data.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -20,21 +26,10 @@ from ondevice import streams
 from ondevice.models import mrnn
 from ondevice.models.markov import Markov
 from ondevice.papers.colla import common, protocol
-from ondevice.papers.colla.common import CollaParams, Devices
+from ondevice.papers.colla.common import INPUTS, CollaParams, Devices
 from ondevice.training.trainer import Trainer
 
-INPUTS = ("paper's inputs", "last place only")
-
-
-def last_place_only(x: np.ndarray) -> np.ndarray:
-    """The samples with every id but the last step's place set to 0: a first-order table's input."""
-    out = np.zeros_like(x)
-    out[:, -1, 0] = x[:, -1, 0]
-    return out
-
-
-def with_inputs(x: np.ndarray, inputs: str) -> np.ndarray:
-    return x if inputs == INPUTS[0] else last_place_only(x)
+SCALE_FRACTIONS = (0.25, 0.5, 1.0)  # shares of CT's pooled training data in `data_scale`
 
 
 def verdict(model: float, markov: float, tolerance: float) -> str:
@@ -59,35 +54,41 @@ def pooled_accuracy(predicted: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.where(y == 0, False, predicted == y)))
 
 
-def ct_control(params: CollaParams, devices: Devices, seed: int, inputs: str, ct_weights=None) -> dict:
-    """CT's M-RNN on the last cycle's pooled data (`ct_weights`: the run's CT model, else one
-    trained here from scratch by CT's procedure) against the pooled table on its training part."""
-    p, c = params, params.cycles
-    (tx, ty), val = protocol.ct_split(p, devices, c, seed)
+def fit_ct(params: CollaParams, devices: Devices, train, val, seed: int, purpose: str):
+    """CT's M-RNN from scratch by CT's procedure (Adam at `learning_rate`, the paper's stopping on
+    `val`): its weights and the optimizer steps up to the weights kept."""
+    model = mrnn.build(params.cloud_config(devices.places), streams.tf_seed(seed, "init/control/ct"))
+    trainer = Trainer(model, common.location_task(params, devices.places), params.learning_rate)
+    weights, history = common.fit_until_plateau(
+        trainer,
+        model.get_weights(),
+        train,
+        val,
+        params,
+        streams.rng(seed, purpose),
+        params.ct_max_epochs,
+        params.cloud_patience,
+    )
+    return model, weights, int(sum(h["steps"] for h in history[: history.best_epoch]))
+
+
+def ct_control(params: CollaParams, devices: Devices, seed: int, run_ct: tuple | None = None) -> dict:
+    """CT's M-RNN on the last cycle's pooled data (`run_ct`: the run's CT weights and steps, else
+    one trained here from scratch by CT's procedure) against the pooled table on its training part.
+    `devices.inputs` says what the model reads."""
+    p = params
+    (tx, ty), val = protocol.ct_split(p, devices, p.cycles, seed)
     test_x, test_y = protocol.last_period(devices)
-    model = mrnn.build(p.cloud_config(devices.places), streams.tf_seed(seed, "init/control/ct"))
-    steps = 0
-    if ct_weights is None:
-        train = (with_inputs(tx, inputs), ty)
-        val = (with_inputs(val[0], inputs), val[1])
-        trainer = Trainer(model, common.location_task(p, devices.places), p.learning_rate)
-        ct_weights, history = common.fit_until_plateau(
-            trainer,
-            model.get_weights(),
-            train,
-            val,
-            p,
-            streams.rng(seed, "control/ct"),
-            p.ct_max_epochs,
-            p.cloud_patience,
-        )
-        steps = int(sum(h["steps"] for h in history[: history.best_epoch]))
-    model.set_weights(ct_weights)
-    predicted = np.argmax(common.logits(model, with_inputs(test_x, inputs)), axis=-1)
+    if run_ct is None:
+        model, weights, steps = fit_ct(p, devices, (tx, ty), val, seed, "control/ct")
+    else:
+        model, (weights, steps) = mrnn.build(p.cloud_config(devices.places), 0), run_ct
+    model.set_weights(weights)
+    predicted = np.argmax(common.logits(model, test_x), axis=-1)
     table = Markov(tx[:, -1, 0], ty).predict(test_x[:, -1, 0])
     return row(
         "(1) CT vs pooled Markov",
-        inputs,
+        devices.inputs,
         seed,
         pooled_accuracy(predicted, test_y),
         pooled_accuracy(table, test_y),
@@ -106,7 +107,7 @@ def top_devices(params: CollaParams, devices: Devices) -> list[str]:
     return sorted(devices.uids, key=lambda u: (-n[u], u))[: params.control_devices]
 
 
-def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, seed: int, inputs: str) -> dict:
+def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, seed: int) -> dict:
     """DT's light model, fresh, trained by the client update on each top device's cycles 1..cycles
     and tested on the last period, against that device's table on the same training part."""
     p, c = params, params.cycles
@@ -117,10 +118,8 @@ def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, 
     for uid in top_devices(p, devices):
         x, y = devices.samples(uid, list(range(1, c + 1)), known_by=c, places_only=True)
         test_x, test_y = devices.samples(uid, [c + 1], known_by=c)
-        state, fit = protocol.client_update(
-            rt, rt.plain, start, with_inputs(x, inputs), y, None, seed, f"control/{uid}"
-        )
-        model.append(protocol.device_predictions(rt.device_model, state, with_inputs(test_x, inputs)))
+        state, fit = protocol.client_update(rt, rt.plain, start, x, y, None, seed, f"control/{uid}")
+        model.append(protocol.device_predictions(rt.device_model, state, test_x))
         (trained_x, trained_y), _ = common.split_latest(x, y, p.validation_fraction)
         table.append(Markov(trained_x[:, -1, 0], trained_y).predict(test_x[:, -1, 0]))
         labels.append(test_y)
@@ -129,7 +128,7 @@ def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, 
     y = np.concatenate(labels)
     return row(
         "(2) device model vs its Markov",
-        inputs,
+        devices.inputs,
         seed,
         pooled_accuracy(np.concatenate(model), y),
         pooled_accuracy(np.concatenate(table), y),
@@ -141,14 +140,15 @@ def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, 
     )
 
 
-def run_controls(params: CollaParams, devices: Devices, ct_models: dict, log=print) -> pd.DataFrame:
-    """Both controls with both inputs: (1) with the paper's inputs is the run's own CT model (every
-    seed); with the last place only, a CT model trained here (first seed: one heavy fit); (2) every
-    seed, both inputs."""
+def run_controls(params: CollaParams, devices: Devices, run_ct: dict, log=print) -> pd.DataFrame:
+    """Both controls with both inputs: (1) with the run's inputs is the run's own CT model (every
+    seed, `run_ct`: seed -> (weights, steps to best)); with the other inputs a CT model trained here
+    (first seed: one heavy fit); (2) every seed, both inputs."""
     rt = protocol.Runtime(params, devices)
-    rows = [ct_control(params, devices, s, INPUTS[0], ct_models[s]) for s in params.seed_list]
-    rows.append(ct_control(params, devices, params.seed_list[0], INPUTS[1]))
-    rows += [device_control(params, devices, rt, s, i) for s in params.seed_list for i in INPUTS]
+    views = {i: dataclasses.replace(devices, inputs=i) for i in INPUTS}
+    rows = [ct_control(params, views[params.inputs], s, run_ct[s]) for s in params.seed_list]
+    rows += [ct_control(params, views[i], params.seed_list[0]) for i in INPUTS if i != params.inputs]
+    rows += [device_control(params, views[i], rt, s) for s in params.seed_list for i in INPUTS]
     frame = pd.DataFrame(rows)
     for _, r in summary(frame).iterrows():
         log(
@@ -169,4 +169,84 @@ def summary(controls: pd.DataFrame) -> pd.DataFrame:
     mean["verdict"] = [
         verdict(m, k, t) for m, k, t in zip(mean["model accuracy"], mean["Markov accuracy"], mean.tolerance)
     ]
-    return mean[["control", "inputs", "model accuracy", "Markov accuracy", "tolerance", "seeds", "verdict"]]
+    mean["rule (fixed before the run)"] = "passes when the model is at most the tolerance below the table"
+    columns = ["control", "inputs", "model accuracy", "Markov accuracy", "tolerance", "seeds", "verdict"]
+    return mean[[*columns, "rule (fixed before the run)"]]
+
+
+def held_out_split(params: CollaParams, devices: Devices):
+    """Every device's training data of the last cycle (parts 0..cycles, no test period), its latest
+    `validation_fraction` held out: (train, held-out), pooled over devices."""
+    parts = list(range(params.cycles + 1))
+    split = [
+        common.split_latest(*devices.samples(u, parts, params.cycles, places_only=True), params.validation_fraction)
+        for u in devices.uids
+    ]
+    return tuple(tuple(np.concatenate([s[k][j] for s in split]) for j in range(2)) for k in range(2))
+
+
+def input_choice(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame:
+    """What every model reads, chosen on held-out training data only. The rule, fixed before the
+    default run: CT's M-RNN from scratch (seed `params.seed`) trains by CT's procedure on every
+    device's parts 0..cycles but its latest fifth, stopping on that fifth; the inputs with the
+    higher accuracy on the held-out fifth at the kept weights win (ties: the paper's). One row per
+    inputs, with the pooled table's held-out accuracy beside (control (1) on held-out data)."""
+    rows = []
+    for inputs in INPUTS:
+        view = dataclasses.replace(devices, inputs=inputs)
+        (tx, ty), (vx, vy) = held_out_split(params, view)
+        model, weights, steps = fit_ct(params, view, (tx, ty), (vx, vy), params.seed, "inputs/ct")
+        model.set_weights(weights)
+        accuracy = pooled_accuracy(np.argmax(common.logits(model, vx), axis=-1), vy)
+        markov = pooled_accuracy(Markov(tx[:, -1, 0], ty).predict(vx[:, -1, 0]), vy)
+        rows.append(
+            {
+                "inputs": inputs,
+                "held-out accuracy": accuracy,
+                "held-out loss": common.mean_cross_entropy(model, vx, vy),
+                "Markov held-out accuracy": markov,
+                "train_samples": len(ty),
+                "held_out_samples": len(vy),
+                "steps_to_best": steps,
+            }
+        )
+        log(f"inputs {inputs}: held-out accuracy {accuracy:.3f} (pooled Markov {markov:.3f}), {steps} steps to best")
+    return pd.DataFrame(rows)
+
+
+def chosen_inputs(choice: pd.DataFrame) -> str:
+    """The rule of `input_choice`: the higher held-out accuracy, ties to the paper's inputs."""
+    best = choice["held-out accuracy"].max()
+    return str(choice[choice["held-out accuracy"] == best].inputs.iloc[0])
+
+
+def data_scale(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame:
+    """Control (1) against the amount of pooled training data: for each share of SCALE_FRACTIONS, CT
+    from scratch (first seed) on that random share of the last cycle's CT training and validation
+    samples, with each inputs, against the pooled table counted on the same share."""
+    seed, rows = params.seed_list[0], []
+    for inputs in INPUTS:
+        view = dataclasses.replace(devices, inputs=inputs)
+        (tx, ty), (vx, vy) = protocol.ct_split(params, view, params.cycles, seed)
+        test_x, test_y = protocol.last_period(view)
+        for share in SCALE_FRACTIONS:
+            rng = streams.rng(seed, f"scale/{share}")
+            t = rng.permutation(len(ty))[: max(2, int(round(share * len(ty))))]
+            v = rng.permutation(len(vy))[: max(1, int(round(share * len(vy))))]
+            model, weights, steps = fit_ct(params, view, (tx[t], ty[t]), (vx[v], vy[v]), seed, f"scale/ct/{share}")
+            model.set_weights(weights)
+            accuracy = pooled_accuracy(np.argmax(common.logits(model, test_x), axis=-1), test_y)
+            markov = pooled_accuracy(Markov(tx[t][:, -1, 0], ty[t]).predict(test_x[:, -1, 0]), test_y)
+            rows.append(
+                {
+                    "inputs": inputs,
+                    "share of pooled data": share,
+                    "train_samples": len(t),
+                    "model accuracy": accuracy,
+                    "Markov accuracy": markov,
+                    "model - Markov": accuracy - markov,
+                    "steps_to_best": steps,
+                }
+            )
+            log(f"data scale {share:.2f}, {inputs}: CT {accuracy:.3f} vs Markov {markov:.3f}")
+    return pd.DataFrame(rows)

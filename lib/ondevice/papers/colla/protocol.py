@@ -139,6 +139,7 @@ class SeedRun:
     groups: list[pd.DataFrame] = field(default_factory=list)
     boundary: Boundary = field(default_factory=Boundary)
     ct_weights: list[np.ndarray] | None = None  # CT's model after the last cycle
+    ct_steps_to_best: int = 0  # optimizer steps of CT's last fit up to the weights it kept
 
 
 def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, columns, seed: int, label: str):
@@ -164,10 +165,11 @@ def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, colum
 
 def training_row(history) -> dict:
     """Epochs and optimizer steps of one fit, in all and up to the epoch kept, and its best loss."""
-    best = getattr(history, "best_epoch", None) or len(history)
+    best = getattr(history, "best_epoch", None)
+    best = len(history) if best is None else best
     return {
         "epochs": len(history),
-        "best_epoch": best if history else 0,
+        "best_epoch": best,
         "steps": int(sum(h["steps"] for h in history)),
         "steps_to_best": int(sum(h["steps"] for h in history[:best])),
         "best_validation_loss": min((h["validation_loss"] for h in history), default=float("nan")),
@@ -242,7 +244,7 @@ def run_seed(params: CollaParams, devices: Devices, boot: Bootstrapped, rt: Runt
             out.boundary.up(Upload(u, state["Colla"][u].weights, state["Colla"][u].slot_places)) for u in devices.uids
         ]
         out.groups.append(cloud.update(uploads, cycle).assign(seed=seed))
-        out.ct_weights = ct_weights
+        out.ct_weights, out.ct_steps_to_best = ct_weights, training_row(history)["steps_to_best"]
         frame = pd.DataFrame([r for r in out.rows if r["cycle"] == cycle])
         medians = frame.groupby("method").accuracy.median()
         log(

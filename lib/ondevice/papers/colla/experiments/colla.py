@@ -2,10 +2,12 @@
 training on pooled data (CT), warm-started device training (DT-ws) and Colla, over update cycles,
 beside non-neural baselines on the same splits.
 
-Stages (one notebook section each): `load_devices`, `bootstrap` (stage 1 cloud model and stage 2
-first pull, cached), `run_cycles` (`protocol`: per cycle every method's client update on the
-cycle's data, the test on the next cycle's, and Colla's cloud update with model grouping),
-`controls` (the known-answer controls: `controls`), `conclude`. Tables and figures are in `report`.
+Stages (one notebook section each, called where they live): `common.load_devices`,
+`controls.input_choice` (what every model reads, chosen on held-out training data),
+`common.bootstrap` (stage 1 cloud model and stage 2 first pull, cached), `protocol.rate_choice`,
+`protocol.run_cycles` (per cycle every method's client update on the cycle's data, the test on the
+next cycle's, and Colla's cloud update with model grouping), `run_controls` (the known-answer
+controls) and `controls.data_scale`, `variant`, `conclude`. Tables and figures are in `report`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.colla import common, controls
-from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices  # noqa: F401  (stages)
-from ondevice.papers.colla.protocol import (  # noqa: F401  (stages)
-    BASELINES,
+from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices
+from ondevice.papers.colla.protocol import (
     METHODS,
     SeedRun,
     chosen_rate,
@@ -29,14 +30,12 @@ from ondevice.papers.colla.protocol import (  # noqa: F401  (stages)
     rate_choice,
     run_cycles,
 )
-from ondevice.papers.colla.report import (  # noqa: F401  (stages)
+from ondevice.papers.colla.report import (
     best_shares,
     best_shares_all,
     diagnose,
     final,
     model_sizes,
-    plot_cdfs,
-    plot_cycles,
     shared_places,
     shared_share,
     summary_table,
@@ -71,12 +70,6 @@ class Params(CollaParams):
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
 
 
-def choose_rate(params: Params, devices: Devices, boot: Bootstrapped, log=print) -> pd.DataFrame:
-    """The client-update learning rate measured on the validation devices (`protocol.rate_choice`);
-    the preset states the choice, and `conclude` records whether this run's measurement agrees."""
-    return rate_choice(params, devices, boot, log)
-
-
 def variant(params: Params, log=print) -> pd.DataFrame:
     """The other reading of the task (visits <-> 10-minute bins), every method and baseline on its
     own samples with the same settings: its cycles table."""
@@ -86,8 +79,9 @@ def variant(params: Params, log=print) -> pd.DataFrame:
 
 
 def run_controls(params: Params, devices: Devices, runs: list[SeedRun], log=print) -> pd.DataFrame:
-    """The known-answer controls (`controls`), CT's with the paper's inputs on this run's CT models."""
-    return controls.run_controls(params, devices, {s: r.ct_weights for s, r in zip(params.seed_list, runs)}, log)
+    """The known-answer controls (`controls`), CT's with the run's inputs on this run's CT models."""
+    run_ct = {s: (r.ct_weights, r.ct_steps_to_best) for s, r in zip(params.seed_list, runs)}
+    return controls.run_controls(params, devices, run_ct, log)
 
 
 def per_seed(params: Params, last: pd.DataFrame, groups: pd.DataFrame) -> dict[str, list[float]]:
@@ -110,15 +104,61 @@ def per_seed(params: Params, last: pd.DataFrame, groups: pd.DataFrame) -> dict[s
     return values
 
 
+@dataclass
+class Checks:
+    """The run's measurements beside Table 1, each None when not run: the client-update rate and
+    the inputs chosen on held-out training data, the controls, the data-scale probe, the other
+    reading of the task."""
+
+    rate: pd.DataFrame | None = None
+    inputs: pd.DataFrame | None = None
+    control: pd.DataFrame | None = None
+    scale: pd.DataFrame | None = None
+    other: pd.DataFrame | None = None
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        named = {"rate_choice": self.rate, "input_choice": self.inputs, "controls": self.control}
+        named |= {"data_scale": self.scale}
+        if self.control is not None:
+            named["controls_summary"] = controls.summary(self.control)
+        if self.other is not None:
+            named[f"summary_{self.other.sequence.iloc[0]}"] = summary_table(final(self.other))
+            named[f"versus_baselines_{self.other.sequence.iloc[0]}"] = versus_baselines(final(self.other))
+        return {k: v for k, v in named.items() if v is not None}
+
+    def notes(self) -> dict:
+        checked = None if self.control is None else controls.summary(self.control)
+        return {
+            "device_learning_rate_measured": None if self.rate is None else chosen_rate(self.rate),
+            "inputs_measured": None if self.inputs is None else controls.chosen_inputs(self.inputs),
+            "controls": None
+            if checked is None
+            else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
+        }
+
+
+def run_tables(params: Params, devices: Devices, boot: Bootstrapped, cycles: pd.DataFrame, groups, sizes) -> dict:
+    """The tables every run saves: the data, Table 1's and the training's (aggregates only)."""
+    last = final(cycles)
+    return {
+        "data": devices.table(),
+        "qualification": devices.qualification(params.cycles),
+        "cycles": cycles,
+        "summary": summary_table(last),
+        "best_shares": best_shares(last),
+        "groups": groups,
+        "model_sizes": sizes,
+        "bootstrap_training": boot.history(),
+        "model_cache": boot.cache(),
+        "versus_baselines": versus_baselines(last),
+        "best_shares_all": best_shares_all(last),
+        "training_steps": training_steps(cycles),
+        "shared_places": shared_places(devices, params),
+    }
+
+
 def conclude(
-    params: Params,
-    devices: Devices,
-    boot: Bootstrapped,
-    runs: list[SeedRun],
-    wall_time_s: float,
-    choice: pd.DataFrame | None = None,
-    other: pd.DataFrame | None = None,
-    control: pd.DataFrame | None = None,
+    params: Params, devices: Devices, boot: Bootstrapped, runs: list[SeedRun], wall_time_s: float, checks: Checks
 ) -> record.Result:
     cycles = cycles_table(runs)
     last = final(cycles)
@@ -140,33 +180,11 @@ def conclude(
     }
     measured = {f"Colla is more accurate than {m}": (wide["Colla"], wide[m]) for m in ("DT", "CT", "DT-ws")}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices")
-    data = devices.table()
-    checked = controls.summary(control) if control is not None else None
-    if checked is not None:
+    tables = run_tables(params, devices, boot, cycles, groups, sizes) | checks.tables()
+    if checks.control is not None:
+        data = tables["data"]
         samples = float(data[data.part != "bootstrap (cloud)"]["samples per device, median"].median())
-        c.effect_rows(diagnose(effects, last, checked, samples))
-    tables = {
-        "data": data,
-        "qualification": devices.qualification(params.cycles),
-        "cycles": cycles,
-        "summary": summary_table(last),
-        "best_shares": best_shares(last),
-        "groups": groups,
-        "model_sizes": sizes,
-        "bootstrap_training": boot.history(),
-        "model_cache": boot.cache(),
-        "versus_baselines": versus_baselines(last),
-        "best_shares_all": best_shares_all(last),
-        "training_steps": training_steps(cycles),
-        "shared_places": shared_places(devices, params),
-    }
-    if choice is not None:
-        tables["rate_choice"] = choice
-    if control is not None:
-        tables["controls"], tables["controls_summary"] = control, checked
-    if other is not None:
-        tables[f"summary_{other.sequence.iloc[0]}"] = summary_table(final(other))
-        tables[f"versus_baselines_{other.sequence.iloc[0]}"] = versus_baselines(final(other))
+        c.effect_rows(diagnose(effects, last, tables["controls_summary"], samples, params.inputs, checks.scale))
     crossings = [r.boundary.log for r in runs]
     return c.result(
         tables,
@@ -177,9 +195,9 @@ def conclude(
         devices_excluded=len(devices.data.excluded),
         places=devices.places,
         sequence=params.sequence,
+        inputs=params.inputs,
         seeds=params.seed_list,
-        device_learning_rate_measured=chosen_rate(choice) if choice is not None else None,
-        controls=None if checked is None else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
+        **checks.notes(),
         **{"share of test place changes to places seen on other devices": shared_share(tables["shared_places"])},
         uploads=sum(1 for log in crossings for c_ in log if c_[0] == "up"),
         downloads=sum(1 for log in crossings for c_ in log if c_[0] == "down"),
@@ -192,9 +210,12 @@ def conclude(
 def run(params: Params, log=print) -> record.Result:
     start = time.perf_counter()
     devices = load_devices(params, log)
+    inputs = controls.input_choice(params, devices, log)
     boot = bootstrap(params, devices, log)
-    choice = choose_rate(params, devices, boot, log)
+    rate = rate_choice(params, devices, boot, log)
     runs = run_cycles(params, devices, boot, log)
     control = run_controls(params, devices, runs, log)
+    scale = controls.data_scale(params, devices, log)
     other = variant(params, log) if params.sequence_variant else None
-    return conclude(params, devices, boot, runs, time.perf_counter() - start, choice, other, control)
+    checks = Checks(rate, inputs, control, scale, other)
+    return conclude(params, devices, boot, runs, time.perf_counter() - start, checks)
