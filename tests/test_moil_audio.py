@@ -18,7 +18,7 @@ from ondevice.report import claims
 
 
 def _synthetic(params):
-    return exp.load_data(params, log=lambda *_: None)
+    return audio_data.load_data(params, log=lambda *_: None)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch,
     monkeypatch.setenv("ONDEVICE_DATA_CACHE", str(tmp_path / "data"))
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
     with pytest.raises(manifests.DataError):
-        exp.load_data(exp.Params.for_scale("smoke", data="esc50"), log=lambda *_: None)
+        audio_data.load_data(exp.Params.for_scale("smoke", data="esc50"), log=lambda *_: None)
     params = exp.Params.for_scale(
         "smoke",
         local_classes=2,
@@ -152,7 +152,7 @@ def test_without_esc50_the_run_falls_back_to_labelled_stand_in_data(monkeypatch,
     lines = []
     result = exp.run(params, log=lines.append)
     assert "STAND-IN" in lines[0] and result.stand_in_data and "synthetic" in result.stand_in_data
-    assert "stand-in data" in exp.data_banner(exp.load_data(params, log=lambda *_: None)).lower()
+    assert "stand-in data" in audio_data.data_banner(audio_data.load_data(params, log=lambda *_: None)).lower()
     assert result.data[0]["stand_in_for"]
     assert set(result.tables["effects"].verdict) <= {"holds", "does not hold", "within noise"}
     assert np.isfinite(result.tables["paper_vs_ours"].ours).all()
