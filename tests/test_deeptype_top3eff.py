@@ -51,7 +51,7 @@ def test_one_row_per_user_condition_and_seed(two_runs):
     control = wide[exp.CONTROL]
     assert control.nunique() == 1 and control.iloc[0] > 0 and control.iloc[0] % result.params["personal_epochs"] == 0
     assert (wide[exp.G_CROWD] == 0).all()
-    trained = users[users.condition.isin([exp.P_CROWD, exp.P_FAR, exp.P_ONLY])]
+    trained = users[users.condition.isin([exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_CROWD_DV, exp.P_FAR_DV])]
     assert (trained.steps_run > 0).all() and (trained.steps <= trained.steps_run).all()
     assert trained.kept_epoch.between(0, result.params["personal_epochs"]).all()
     assert ((trained.steps == 0) == (trained.kept_epoch == 0)).all()
@@ -61,9 +61,8 @@ def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(two_runs):
     result, _ = two_runs
     users, curves = result.tables["users"], result.tables["personal_curves"]
     keys = ["seed", "user", "condition"]
-    assert set(curves.condition) == {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED, exp.P_OTHER} & set(
-        users.condition
-    )
+    personalized = {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED, exp.P_OTHER, exp.P_CROWD_DV, exp.P_FAR_DV}
+    assert set(curves.condition) == personalized & set(users.condition)
     for key, curve in curves.groupby(keys):
         curve = curve.sort_values("epoch")
         assert list(curve.epoch) == list(range(len(curve)))  # epoch 0 (the start), then each epoch run
@@ -182,7 +181,7 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
         {
             "seed": 0,
             "user": ["a", "b", "c", "d"] * 2,
-            "condition": [exp.P_CROWD] * 3 + [exp.P_FAR] + [exp.G_CROWD] * 3 + [exp.G_FAR],
+            "condition": [exp.P_CROWD_DV] * 3 + [exp.P_FAR_DV] + [exp.G_CROWD] * 3 + [exp.G_FAR],
             "kept_epoch": [0, 0, 2, 1] + [np.nan] * 4,
             "top_k_eff": [0.5, 0.5, 0.45, 0.3, 0.5, 0.5, 0.5, 0.3],
         }
@@ -217,3 +216,71 @@ def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
     assert "keeps epoch 0" in text
     assert "**Changes the verdict:** fixed personal epochs, no per-user hold-out: -32.4% [-35.8%, -30.3%]" in text
     assert "Leave the verdict as it is: leaky crowd: +0.1% [-0.2%, +0.4%], within noise." in text
+
+
+def test_dynamic_vocabulary_rows_use_each_users_vocabulary(two_runs):
+    """The paper's personalized rows (with the user's vocabulary) beside the rows without it: the same
+    lines, fewer test words <unk> with the user's vocabulary, exactly the counting table's rates."""
+    result, _ = two_runs
+    users, oov = result.tables["users"], result.tables["dynamic_vocabulary"]
+    assert {e.better for e in exp.PAPER.effects if "personal" in e.better} <= {
+        f"top-k-eff, {c}" for c in (exp.P_CROWD_DV, exp.P_FAR_DV)
+    }  # the paper's numbers are with the dynamic vocabulary (Sec. 4, Fig. 7)
+    rate = users.pivot_table(index=["seed", "user"], columns="condition", values="test_oov_rate")
+    words = users.pivot_table(index=["seed", "user"], columns="condition", values="train_words")
+    for g, plain, dynamic, text in (
+        (exp.G_CROWD, exp.P_CROWD, exp.P_CROWD_DV, "crowd"),
+        (exp.G_FAR, exp.P_FAR, exp.P_FAR_DV, "bible"),
+    ):
+        assert (rate[plain] == rate[g]).all() and (rate[dynamic] <= rate[g]).all()
+        assert (words[dynamic] == words[plain]).all()
+        counted = oov[oov.global_text == text].set_index("user")
+        for (_, user), r in rate.iterrows():
+            assert np.isclose(r[g], counted.loc[user, "test_oov_global_vocab"])
+            assert np.isclose(r[dynamic], counted.loc[user, "test_oov_user_vocab"])
+    assert (oov.added_words > 0).all() and (oov.test_oov_user_vocab < oov.test_oov_global_vocab).any()
+    assert (oov.min_count == result.params["dynamic_vocab_min_count"]).all()
+    table = exp.paper_table(result.tables["summary"], None).set_index("personalization")
+    assert np.isfinite(table.loc[table.index.str.startswith("yes, with the dynamic"), "paper"]).all()
+
+
+def test_a_word_the_swap_adds_is_suggested_with_the_users_vocabulary_and_unk_without(speeches):
+    """A known answer, no training: a model whose softmax always ranks one reused id first saves the
+    characters of the user's word at that id with the user's vocabulary, and none without it (<unk>
+    is never suggested). The swap counts the personal training lines only, never the test lines."""
+    from collections import Counter
+
+    from ondevice.data.per_user_text import load_corpus
+    from ondevice.data.typing_samples import UNK_ID
+    from ondevice.metrics import top_k_eff
+    from ondevice.models import lstm_lm
+    from ondevice.papers.deeptype import own_vocab, protocol
+    from ondevice.tasks import typing_protocol
+
+    params = exp.Params.for_scale("smoke")
+    corpus = load_corpus(params, speeches, log=lambda _: None)
+    user = corpus.split.test[0]
+    swap, (train, test) = own_vocab.user_swap(corpus, user, params), own_vocab.lines(corpus, user, params)
+    typed, later = Counter(w for s in train for w in s), Counter(w for s in test for w in s)
+    assert all(typed[w] >= params.dynamic_vocab_min_count for w in swap.added)
+    only_later = [w for w, n in later.items() if n >= 2 and typed[w] < 2 and corpus.vocab.word_id(w) == UNK_ID]
+    assert only_later and not set(only_later) & set(swap.added)  # frequent in the test lines alone: not added
+    word = next(w for w in swap.added if later[w])
+    slot = swap.ids[swap.added.index(word)]
+    parts = own_vocab.parts({"crowd": corpus}, user, params)
+    plain, dynamic = parts["crowd"][2], parts["crowd" + own_vocab.DYNAMIC][2]
+    at = np.array([w == word for s in test for w in s])
+    assert (plain.target[at] == UNK_ID).all() and (dynamic.target[at] == slot).all()
+    flat, changed = [w for s in test for w in s], np.flatnonzero(plain.target != dynamic.target)
+    assert all(flat[i] in swap.added or flat[i] in swap.replaced for i in changed)  # ids differ there only
+    model = lstm_lm.build(typing_protocol.model_config(params, corpus), seed=1)
+    softmax = model.get_layer("softmax")
+    bias = softmax.bias.numpy()
+    bias[slot] = 50.0
+    softmax.bias.assign(bias)
+    personal = protocol.Personal(params, model)
+    saved = {
+        n: top_k_eff(s.word_len[at], personal.score(model, s)["_chars"][at])
+        for n, s in (("plain", plain), ("dynamic", dynamic))
+    }
+    assert saved["plain"] == 0.0 and saved["dynamic"] > 0.5

@@ -45,10 +45,13 @@ class Corpus:
         train, test = split_history(sents, [len(s) for s in sents], train_fraction)
         return build_samples(train, self.vocab, self.context_words), build_samples(test, self.vocab, self.context_words)
 
-    def personal_parts(self, user: str, params) -> tuple[Samples, Samples | None, Samples]:
+    def personal_parts(
+        self, user: str, params, vocab: Vocabulary | None = None
+    ) -> tuple[Samples, Samples | None, Samples]:
         """A user's training lines less their last `personal_holdout_fraction` (None: no hold-out),
-        that held-out part (which decides when personal training stops), and the test lines."""
-        sents, build = self.users[user], lambda part: build_samples(part, self.vocab, self.context_words)
+        that held-out part (which decides when personal training stops), and the test lines; in
+        `vocab` (a user's own, `dynamic_vocab`) when given, else in the global vocabulary."""
+        sents, build = self.users[user], lambda part: build_samples(part, vocab or self.vocab, self.context_words)
         train, test = split_history(sents, [len(s) for s in sents], params.personal_train_fraction)
         if not params.personal_holdout_fraction:
             return build(train), None, build(test)

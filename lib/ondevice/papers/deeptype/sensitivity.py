@@ -142,13 +142,14 @@ def conclusion(effects: pd.DataFrame) -> str:
 
 
 SECTION = "Sensitivity: which choice drives the sign"
-# the personalized condition behind each personalization effect, by a phrase of its claim
+# the personalized condition behind each personalization effect, by a phrase of its claim: the paper's
+# configuration, with the dynamic vocabulary (`own_vocab`); the switched-back protocols run without it
 PERSONALIZED = {
-    "(same-corpus crowd global model)": "crowd global + personal",
-    "light users": "crowd global + personal",
-    "heavy users": "crowd global + personal",
-    "more global training": "crowd global + personal",
-    "(far-corpus global model)": "far global + personal",
+    "(same-corpus crowd global model)": "crowd global + personal, dynamic vocabulary",
+    "light users": "crowd global + personal, dynamic vocabulary",
+    "heavy users": "crowd global + personal, dynamic vocabulary",
+    "more global training": "crowd global + personal, dynamic vocabulary",
+    "(far-corpus global model)": "far global + personal, dynamic vocabulary",
 }
 
 
@@ -168,7 +169,7 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None) -> p
         kept, trained = personal.kept_epoch, personal[personal.kept_epoch > 0]
         line = f"{int((kept == 0).sum())} of {len(kept)} user runs kept the global model (epoch 0)"
         if len(trained):
-            start = users[users.condition == condition.removesuffix(" + personal")].set_index(["seed", "user"])
+            start = users[users.condition == condition.split(" + personal")[0]].set_index(["seed", "user"])
             change = trained.top_k_eff.to_numpy() / start.top_k_eff[list(zip(trained.seed, trained.user))].to_numpy()
             line += f"; the {len(trained)} that trained changed top-k-eff by {np.median(change) - 1:+.1%} (median)"
         if switched is not None and condition.startswith("crowd"):

@@ -48,7 +48,7 @@ QUANTITIES = {
 @dataclass(frozen=True)
 class Params(typing_protocol.DeepTypeParams):
     data_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)  # of each user's personal training part
-    dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
+    dynamic_vocab_min_count: int = dynamic_vocab.MIN_COUNT  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
     personal_holdout_fraction: float = 0.0  # fixed epochs: each data fraction gets the same number
     # the validation users' choice, run beside the paper's configuration as a diagnosis (`protocol.validation_choice`,

@@ -1,9 +1,9 @@
 """DeepType D3 (Table 1) and D5 (Fig. 8): global models from the clean crowd of the same corpus (the
 paper's "private corpora"), the King James Bible (its BBC row) or none, with and without on-device
-personalization (`protocol`; `step_size`), a tuned deviation, the control (`more_training`), the gain
-per group of users, the `sensitivity` table and the planted-signal control (`planted`). Stages:
-`load_corpora`, `train_globals`, `select_personal`, `step_size.select`, `personalize`, `control`,
-`sensitivity.run`, `planted_control`, `on_device`, `conclude`; `run` calls them all."""
+personalization (`protocol`; `step_size`; with the user's dynamic vocabulary, `own_vocab`, and without), a
+tuned deviation, the control (`more_training`), the gain per group of users, the `sensitivity` table and the
+planted-signal control (`planted`). Stages: `load_corpora`, `train_globals`, `select_personal`, `step_size.select`,
+`personalize`, `control`, `sensitivity.run`, `planted_control`, `own_vocab.oov_table`, `on_device`, `conclude`."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import parity
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import common, more_training, planted, protocol, report, sensitivity, step_size
+from ondevice.papers.deeptype import common, more_training, own_vocab, planted, protocol, report, sensitivity, step_size
 from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import facts
 from ondevice.report.conclusion import Conclusion, wide
@@ -34,7 +35,8 @@ G_CROWD, P_CROWD, CONTROL = "crowd global", "crowd global + personal", "crowd gl
 G_FAR, P_FAR, P_ONLY = "far global", "far global + personal", "no global + personal"
 P_TUNED = "crowd global + personal, tuned (deviation)"
 P_OTHER = "crowd global + personal, other step-size reading"  # sensitivity only, not a Table 1 row
-CONDITIONS = (G_CROWD, P_CROWD, CONTROL, G_FAR, P_FAR, P_ONLY, P_TUNED)
+P_CROWD_DV, P_FAR_DV = map(own_vocab.condition, (P_CROWD, P_FAR))  # the paper's personalized rows (Sec. 4)
+CONDITIONS = (G_CROWD, P_CROWD_DV, P_CROWD, CONTROL, G_FAR, P_FAR_DV, P_FAR, P_ONLY, P_TUNED)
 GLOBALS = ((G_CROWD, "crowd"), (G_FAR, "far"))  # each global model's condition and corpus
 PAPER = facts.paper(NAME)  # our crowd is the paper's "private corpora" row; the Bible its far BBC row
 PAPER_GROUPS = facts.paper(NAME, "groups")  # D5 (Fig. 8): users grouped by their amount of text
@@ -66,6 +68,7 @@ class Params(typing_protocol.DeepTypeParams):
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
     users_together: int = 1  # test users personalized at once (`training.many_users`; same rows to float32 rounding)
+    dynamic_vocab_min_count: int = dynamic_vocab.MIN_COUNT  # D4's threshold: times a user typed a word it adds
 
     PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
 
@@ -73,7 +76,7 @@ class Params(typing_protocol.DeepTypeParams):
         super().check()
         grid = bool(self.sgd_lr_grid or self.adam_lr_grid)
         self.at_least(0, "tflite_check_steps", "step_size_tie")
-        self.at_least(1, "personal_epochs", "users_together")
+        self.at_least(1, "personal_epochs", "users_together", "dynamic_vocab_min_count")
         for name in ("sgd_lr_grid", "adam_lr_grid"):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
@@ -84,8 +87,7 @@ class Params(typing_protocol.DeepTypeParams):
 
 
 def load_corpora(params: Params, speeches=None, log=print) -> dict[str, Corpus]:
-    """The users with the crowd as global text, and the same users with the Bible as global text, of as
-    many words as the crowd's (the paper sizes its global corpora alike) unless `far_words_as_crowd` is off."""
+    """The users with the crowd as global text, and with the Bible of as many words (`far_words_as_crowd`)."""
     crowd = load_corpus(params, speeches, log)
     cap = sum(map(len, crowd.crowd)) if params.far_words_as_crowd else params.crowd_max_words
     return {"crowd": crowd, "far": load_corpus(params, speeches, log, global_text="bible", max_words=cap)}
@@ -122,28 +124,29 @@ def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> protocol.Person
 
 
 def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> list[dict]:
-    """A seed's `users_together` test users: each global model as it is and personalised (chosen step-size reading;
-    the crowd's also the other), and a model of the user's data alone; each user's own random streams."""
+    """A seed's `users_together` test users: each global model as it is and personalised (chosen step-size reading, the
+    crowd's also the other; with and without the user's vocabulary), and a model of the user's data alone."""
     p, w, main, tuned = shared["params"], shared["weights"], shared["reading"], shared["tuned"]
     personal = lambda name: _personal_for(p, shared["configs"][name])
     score = lambda u, d, g, n: _row(seed, u, g, d[n], personal(n).score_weights(w[n][seed], d[n][2]))  # noqa: E731
     rows = {u: [score(u, d, g, n) for g, n in GLOBALS] for u, d in zip(users, data)}
     runs = [(P_CROWD, "crowd", p, main), (P_FAR, "far", p, main), (P_ONLY, "crowd", p, None)]
+    runs += [(own_vocab.condition(c), n + own_vocab.DYNAMIC, q, r) for c, n, q, r in runs[:2]]
     runs += [(P_OTHER, "crowd", p, step_size.other(main))]
     runs += [(P_TUNED, "crowd", protocol.with_config(p, tuned), None)] if tuned else []
-    for condition, name, q, reading in runs:
+    for condition, key, q, reading in runs:
+        name = key.removesuffix(own_vocab.DYNAMIC)  # the global model; `key` its data
         scratch = condition == P_ONLY
         start, stream = (shared["scratch"][seed], "personal-only") if scratch else (w[name][seed], "personal")
         rates = step_size.schedule(p, reading, shared["kept"][name][seed]) if reading else None
         rngs = [streams.rng(seed, f"{stream}/{u}") for u in users]
-        for u, d, g in zip(users, data, personal(name).train_users([d[name] for d in data], start, q, rngs, rates)):
-            rows[u].append(_row(seed, u, condition, d[name], g))
+        for u, d, g in zip(users, data, personal(name).train_users([d[key] for d in data], start, q, rngs, rates)):
+            rows[u].append(_row(seed, u, condition, d[key], g))
     return [r for u in users for r in rows[u]]
 
 
 def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
-    """Every (seed, group of test users) as a job on `ondevice.engine` (Dask with ONDEVICE_ENGINE=dask); resumable.
-    `reading`: the personal step size (`step_size.select`)."""
+    """Every (seed, group of test users) as a resumable job on `ondevice.engine`; `reading`: `step_size.select`'s."""
     p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
     shared = {
@@ -155,7 +158,7 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
         "reading": reading,
         "kept": {k: {s: step_size.kept_epoch(m, s) for s in p.seed_list} for k, m in models.items()},
     }
-    data = lambda user: {k: c.personal_parts(user, p) for k, c in corpora.items()}
+    data = lambda user: own_vocab.parts(corpora, user, p)
     jobs = protocol.group_jobs(p.seed_list, corpora["crowd"].split.test, p.users_together, users_job, data)
     results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"{NAME}-personalize"), log=log)
     rows = [r for got in results for r in got]
@@ -177,8 +180,7 @@ def planted_control(params: Params, corpora: dict, models: dict, reading: str, r
 
 
 def on_device(params: Params, corpora: dict, models: dict, log=print):
-    """The first test user's first personal steps in TensorFlow and through the exported trainable
-    TFLite model (`parity.parity_table`), from the crowd global model; its own random stream."""
+    """The first test user's first personal steps from the crowd model in TensorFlow and in TFLite (`parity`)."""
     if not params.tflite_check_steps:
         return None, None
     corpus, task, p, crowd = corpora["crowd"], common.task(params), params, models["crowd"]
@@ -217,9 +219,9 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def group_table(users: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """D5: per group, median top-k-eff (mean over seeds) of the crowd global and the personalized model."""
+    """D5: per group, median top-k-eff (mean over seeds) of the crowd global and the paper's personalized model."""
     groups, rows, values = user_groups(users), [], {}
-    for name, (cond, label) in itertools.product(GROUPS, ((G_CROWD, "global"), (P_CROWD, "personalized"))):
+    for name, (cond, label) in itertools.product(GROUPS, ((G_CROWD, "global"), (P_CROWD_DV, "personalized"))):
         members = groups.index[groups == name]
         words, m = users[users.user.isin(members)].train_words, _matrix(users, cond, members)
         value = values[f"top-k-eff, {name} users, {label}"] = float(np.median(m, axis=1).mean()) if m.size else math.nan
@@ -244,7 +246,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
     c.headlines({f"top-k-eff, {q}": medians[q].tolist() for q in CONDITIONS if q in medians})
     pair = lambda e: tuple(_matrix(users, q.removeprefix("top-k-eff, ")) for q in (e.better, e.worse))
     # D5's effects compare the personalized and the global crowd model within a group
-    group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD, G_CROWD))
+    group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD_DV, G_CROWD))
     measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
     c.effect_rows(sensitivity.diagnose(effects, users, more))
@@ -283,6 +285,7 @@ def run(params: Params, speeches=None, log=print):
     rows += control(params, corpora, models, reading, log)
     more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, reading=reading) | {"step_size": steps}
     more |= planted_control(params, corpora, models, reading, rows, log)
+    more |= {"dynamic_vocabulary": own_vocab.oov_table(params, corpora)}
     table, flatbuffer = on_device(params, corpora, models, log)
     return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
 

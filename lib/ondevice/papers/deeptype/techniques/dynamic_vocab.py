@@ -26,6 +26,10 @@ import numpy as np
 
 from ondevice.data.typing_samples import UNK_ID, Vocabulary
 
+# the default `min_count` of D3 and D4 (`dynamic_vocab_min_count`): the paper names no threshold ("used
+# more than a threshold"); D4 chose "typed at least twice" when it was built, before any run, and D3 reuses it
+MIN_COUNT = 2
+
 
 @dataclass(frozen=True)
 class VocabSwap:
