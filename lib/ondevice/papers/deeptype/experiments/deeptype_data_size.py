@@ -11,7 +11,8 @@ vocabulary. A 2-gram with the typed-character filter, counted on the same words,
 every size: whether a size effect is the LSTM's or the data's; an LSTM below its own 2-gram on the
 held-out text after its plateau is reported as not converged (`size_convergence.control`).
 
-Stages: `per_user_text.load_corpus`, `training_sets`, `train_sizes`, `baselines`, `conclude`; `run` calls them all.
+Stages: `per_user_text.load_corpus`, `training_sets`, `train_sizes`, `baselines`, `convergence`, `conclude`;
+`run` calls them all.
 """
 
 from __future__ import annotations
