@@ -151,7 +151,7 @@ def size_table(runs: pd.DataFrame, ours: dict, rank: int, embedding_rank: int) -
 
 def reading_sensitivity(runs: pd.DataFrame, other_runs: pd.DataFrame, readings: pd.DataFrame) -> pd.DataFrame:
     """Both readings of the SVD side by side (the main rows' and the other's, `svd_reading`): per
-    reading and SVD variant, the compressed global model's ranks and re-trained held-out loss, and
+    reading and SVD variant, the compressed global model's ranks, parameters and re-trained held-out loss, and
     the personal models' top-k-eff and size (median over users, mean over seeds) against the baseline."""
     base_eff, base_size, rows = median(runs, "baseline", "top_k_eff"), median(runs, "baseline", "size_mb"), []
     for data in (runs, other_runs):
@@ -160,7 +160,9 @@ def reading_sensitivity(runs: pd.DataFrame, other_runs: pd.DataFrame, readings: 
             r = readings[readings.reading == sub.svd_reading.iloc[0]].iloc[0]
             eff, size = median(data, variant, "top_k_eff"), median(data, variant, "size_mb")
             rows.append(dict(reading=r.reading, chosen=r.chosen, variant=variant, label=LABEL[variant]))
-            rows[-1].update(softmax_rank=r.softmax_rank, embedding_rank=r.embedding_rank)
+            rows[-1].update(
+                softmax_rank=r.softmax_rank, embedding_rank=r.embedding_rank, global_parameters=r.parameters
+            )
             rows[-1].update(retrained_holdout_loss=r.retrained_holdout_loss, within_tolerance=r.within_tolerance)
             rows[-1].update(top_k_eff=eff.mean(), top_k_eff_change=(eff / base_eff - 1).mean())
             rows[-1].update(size_mb=size.mean(), size_change=(size / base_size - 1).mean())
