@@ -165,3 +165,27 @@ def test_reading_rule_takes_the_smaller_model_within_tolerance(text_within, embe
     compressed[model_size.WITH_EMBEDDING].model = shape(1000)  # the same size: the text's reading
     table = svd_reading.readings_table(_sweep(2.01, True), _sweep(2.015, True), compressed)
     assert table[table.chosen].reading.tolist() == [model_size.SOFTMAX_ONLY]
+
+
+@pytest.mark.slow(
+    reason="three re-trainings through the model cache (each traces its own trainer): the claim is the cache"
+)
+def test_embedding_reading_retrains_its_own_cached_model(setup, tmp_path, monkeypatch):
+    """`svd_retrain.retrain_seed` with an embedding rank: a cache entry of its own (the softmax-only
+    one is not reused), whose weights are those of the model factored at both ranks."""
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    model, config, samples = setup
+    params = opt.Params.for_scale("smoke", svd_retrain_epochs=1)
+    base = SimpleNamespace(key="base", info={"history": [], "fields": {}})
+    models = SimpleNamespace(model=model, weights={params.seed: model.get_weights()}, entries={params.seed: base})
+    corpus = SimpleNamespace(crowd_samples=samples, holdout_samples=opt.first_samples(samples, 8))
+    quiet = lambda _: None  # noqa: E731
+    text = svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet)
+    both = svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet, embedding_rank=2)
+    assert not both.hit and both.key != text.key
+    assert svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet, embedding_rank=2).hit
+    shape = svd.compress(svd_embedding.compress_embedding(model, 2), 3)
+    assert [w.shape for w in shape.get_weights()] == [w.shape for w in both.weights]
+    compressed = svd_retrain.compress_globals(models, params, corpus, 3, quiet, embedding_rank=2)
+    assert compressed.embedding_rank == 2 and compressed.model.count_params() == shape.count_params()
+    assert compressed.cache().embedding_rank.tolist() == [2]
