@@ -74,6 +74,9 @@ class Params(common.AutLearnParams):
     text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     image_fedavg_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
+    # a round's LSTM clients train at once (`training.many_users`), each as alone to float32 rounding
+    # (tests/test_autlearn_accuracy.py); the MobileNet's clients one at a time
+    fedavg_together: bool = True
     # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
     # in a row of the loss on all data of the validation users none `stop_min_delta` (relative) below
     # the reference, keeping the lowest (as the LSTM's pre-training). CloudTrain: every epoch,
