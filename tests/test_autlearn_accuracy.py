@@ -103,15 +103,16 @@ LOCAL, BATCH = 2, 4
 def test_lstm_clients_of_a_fedavg_round_together_match_the_clients_one_at_a_time():
     """AutLearn's LSTM clients (every layer, SGD, equal-length buckets, loss per position) of unequal
     sizes (20, 9 and 23 equal-length batches an epoch): each client's weights and the round's average with the
-    clients in one `ManyUsers` (`fedavg_together`, the preset's default) against the per-client
+    clients in one `ManyUsers` (`fedavg_together`) against the per-client
     trainer, within the float32 rounding of the steps' chained sums (`numerics.update_tolerance`);
     a 1% other client rate lies outside it."""
     sents = sentences(LINES)
     vocab = Vocabulary.from_sentences(sents, 30)
     clients = {f"c{i}": build_samples(sents[a:b], vocab, 3) for i, (a, b) in enumerate(((0, 6), (2, 4), (5, 12)))}
     model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=3)
-    start, params, picked = model.get_weights(), exp.Params.for_scale("smoke"), sorted(clients)
-    assert params.fedavg_together and fedavg_baseline.clients_together(params, "image", model, 0.1, 3) is None
+    start, params, picked = model.get_weights(), exp.Params.for_scale("smoke", fedavg_together=True), sorted(clients)
+    assert fedavg_baseline.clients_together(params, "image", model, 0.1, 3) is None  # the MobileNet: one at a time
+    assert fedavg_baseline.clients_together(exp.Params.for_scale("smoke"), "text", model, 0.1, 3) is None
     trainer = fedavg_baseline.client_trainer(params, "text", model, 1.0)
     many = fedavg_baseline.clients_together(params, "text", model, 1.0, len(clients))
     rngs = lambda: [np.random.default_rng(k) for k in range(len(picked))]  # noqa: E731

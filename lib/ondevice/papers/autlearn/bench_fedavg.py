@@ -1,7 +1,6 @@
 """`make bench`: one round of AutLearn's FedAvg with its LSTM clients trained one at a time (the
-per-client `Trainer`, `fedavg_together=False`) against the same round with the clients together
-(one `ManyUsers`, the preset's default), at the scale's model, client batch and clients per round
-(not a test).
+per-client `Trainer`, the preset's `fedavg_together=False`) against the same round with the clients
+together (one `ManyUsers`), at the scale's model, client batch and clients per round (not a test).
 
     python -m ondevice.papers.autlearn.bench_fedavg [--scale default] [--samples 2000] [--repeats 3]
 

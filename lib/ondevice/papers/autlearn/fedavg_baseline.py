@@ -73,7 +73,13 @@ def client_trainer(params, kind: str, model, learning_rate: float) -> Trainer:
 def clients_together(params, kind: str, model, learning_rate: float, clients: int) -> ManyUsers | None:
     """A round's `clients` clients trained at once with `fedavg_together` (each as `client_trainer`
     trains it alone, to float32 rounding); the LSTM only: `ManyUsers` batches embedding, LSTM and
-    dense layers, not the MobileNet's convolutions and batch normalisation."""
+    dense layers, not the MobileNet's convolutions and batch normalisation.
+
+    Off in the presets: slower at the client batch of 64 (`bench_fedavg`, x0.61 at default). The
+    softmax product, which `ManyUsers` runs client by client, is 88% of a client step's FLOPs at
+    default (96 x 10,000 per position against the LSTMs' 4 x 96 x 160 and 4 x 96 x 192), so batching
+    shares little, while together pads each step to the longest client batch and keeps stepping
+    clients that finished their epochs (masked)."""
     if not params.fedavg_together or kind != "text":
         return None
     return ManyUsers(model, protocol.task(params, kind), clients, learning_rate, "sgd", source=EqualLength())
