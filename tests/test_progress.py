@@ -99,6 +99,10 @@ def test_plan_lists_each_notebooks_recorded_time_from_a_real_timings_table(tmp_p
     assert "0.6 min recorded (alone, afterwards)" in plan[2]  # 33.1 s
     # 4788.9 / 2 lanes + 33.1 s = 40.5 min; colla has no estimate and is said so
     assert "about 40.5 min in all" in plan[3] and "not counting 1 with no recorded time" in plan[3]
+    alone = Progress(tmp_path, [], ["deeptype_online_latency", "colla"], at_once=1).plan()
+    assert "0.6 min recorded (alone)" in alone[0] and "about 0.6 min in all" in alone[2]
+    unknown = Progress(tmp_path, [], ["colla"], at_once=1).plan()
+    assert unknown[1] == f"[progress] plan: no estimate: no recorded time in {tmp_path.name}/timings.csv"
 
 
 def test_the_runs_pace_scales_what_is_left_once_enough_recorded_time_is_finished(tmp_path):

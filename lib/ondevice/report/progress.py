@@ -106,14 +106,16 @@ class Progress:
     def plan(self) -> list[str]:
         """Before the run: each notebook's recorded time ("no record" when it has none) and the total."""
         source, lines = f"{self.scale_dir.name}/timings.csv", []
-        for group, how in ((self.together, f"{self.at_once} at a time"), (self.alone, "alone, afterwards")):
+        after = ", afterwards" if self.together else ""
+        for group, how in ((self.together, f"{self.at_once} at a time"), (self.alone, f"alone{after}")):
             for name in group:
                 cells = self.cells.get(name)
                 recorded_s = f"{_minutes(sum(cells.values()))} recorded" if cells else "no record"
                 lines.append(f"[progress] plan: {name:<28} {recorded_s} ({how})")
-        total = self._total({name: seconds_left(self.cells.get(name), None) for name in self.together + self.alone})
-        lines.append(f"[progress] plan: about {_minutes(total[0])} in all from {source}" + _unknown(total[1]))
-        return lines
+        total, unknown = self._total({n: seconds_left(self.cells.get(n), None) for n in self.together + self.alone})
+        if unknown == len(self.together) + len(self.alone):
+            return [*lines, f"[progress] plan: no estimate: no recorded time in {source}"]
+        return [*lines, f"[progress] plan: about {_minutes(total)} in all from {source}" + _unknown(unknown)]
 
     def finished(self, name: str, ran: bool = False) -> None:
         """`name` ended; with `ran`, this run completed it, and its cells' times set the pace."""
