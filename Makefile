@@ -96,6 +96,7 @@ bench: setup ## print step-time ratios, K users batched vs separate steps, a Fed
 	$(PY) -m ondevice.papers.deeptype.bench
 	$(PY) -m ondevice.papers.deeptype.bench_users
 	$(PY) -m ondevice.papers.autlearn.bench_fedavg
+	$(PY) -m ondevice.papers.autlearn.bench_fedavg --threads 1
 	$(PY) -m ondevice.device.parity --out build/bench-export
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing

@@ -1,15 +1,16 @@
-"""`make bench`: one round of AutLearn's FedAvg with its LSTM clients trained one at a time (the
-per-client `Trainer`, the preset's `fedavg_together=False`) against the same round with the clients
+"""`make bench`: rounds of AutLearn's FedAvg with its LSTM clients trained one at a time (the
+per-client `Trainer`, the preset's `fedavg_together=False`) against the same rounds with the clients
 together (one `ManyUsers`), at the scale's model, client batch and clients per round (not a test).
 
-    python -m ondevice.papers.autlearn.bench_fedavg [--scale default] [--samples 2000] [--repeats 3]
+    python -m ondevice.papers.autlearn.bench_fedavg [--scale default] [--fraction 1.0] [--repeats 3] [--threads 1]
 
 The clients hold random samples shaped like the typing samples (3 previous words, then 3-10 typed
-characters; `bench_measures.eval_samples`) in unequal numbers, from half to one and a half times
-`--samples` (the default's 12 users hold 1,442 to 9,354 training samples, median 2,027), so some
-clients sit masked in the round's last steps as in the notebook. Each way runs the same round
-(same draws, same batches), one after the other, round after round, so that load from other
-processes falls on both alike; the printed times are medians after one untimed round each.
+characters; `bench_measures.eval_samples`), as many as the default run's 12 users have training
+samples (`USER_SAMPLES`, times `--fraction`), and each round draws the scale's clients per round
+from them as `fedavg` does, so that a round's clients differ in size as in the notebook (together,
+the smaller ones sit masked until the largest has finished its epoch). Each way runs the same
+rounds (same draws, same batches), one after the other, so that load from other processes falls on
+both alike; the printed times are sums over the timed rounds, after one untimed round each.
 """
 
 from __future__ import annotations
@@ -21,68 +22,96 @@ import time
 
 import numpy as np
 
+from ondevice.threads import limit_threads
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def clients(config, n: int, samples: int) -> dict:
-    """`n` clients of random typing-shaped samples, from samples / 2 to 3 samples / 2 each."""
+# the training samples of autlearn_accuracy's 12 LSTM users at default (tables/users.csv, 6602817)
+USER_SAMPLES = (1442, 1475, 1548, 1731, 1958, 2013, 2040, 3612, 3645, 3952, 4368, 9354)
+
+
+def clients(config, fraction: float) -> dict:
+    """Clients of random typing-shaped samples, as many as the default's users have, times `fraction`."""
     from ondevice.papers.deeptype.bench_measures import eval_samples
 
-    sizes = np.linspace(samples / 2, 3 * samples / 2, n).astype(int) if n > 1 else [samples]
-    return {f"client{k}": eval_samples(config, int(size), seed=k) for k, size in enumerate(sizes)}
+    return {f"user{k}": eval_samples(config, max(1, round(n * fraction)), seed=k) for k, n in enumerate(USER_SAMPLES)}
 
 
-def round_seconds(params, model, data: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of one FedAvg round (one local epoch) each way, and the weights' largest gap."""
+def rounds(data: dict, per_round: int, repeats: int) -> list[dict]:
+    """1 + `repeats` rounds' clients, each `per_round` drawn without replacement (fixed draws)."""
+    rng, names = np.random.default_rng(0), sorted(data)
+    return [{c: data[c] for c in rng.choice(names, per_round, replace=False)} for _ in range(1 + repeats)]
+
+
+def round_seconds(params, model, drawn: list[dict]) -> dict[str, float]:
+    """Seconds of the rounds after the first (one local epoch each) each way, and the largest gap
+    between the two ways' averaged weights over the rounds."""
     from ondevice.papers.autlearn import fedavg_baseline
     from ondevice.papers.autlearn.techniques.fedavg import fedavg
 
-    rate, batch, per_round = 0.3, params.text_cloud_batch_size, len(data)
+    rate, batch, per_round = 0.3, params.text_cloud_batch_size, len(drawn[0])
     trainer = fedavg_baseline.client_trainer(params, "text", model, rate)
-    ways = {
-        "one at a time": None,
-        "together": fedavg_baseline.clients_together(params, "text", model, rate, per_round),
-    }
-    start, times, last = model.get_weights(), {name: [] for name in ways}, {}
-    for r in range(1 + repeats):
+    ways = {"one at a time": None, "together": fedavg_baseline.clients_together(params, "text", model, rate, per_round)}
+    start, seconds, gap = model.get_weights(), dict.fromkeys(ways, 0.0), 0.0
+    for r, clients_ in enumerate(drawn):
+        weights = []
         for name, many in ways.items():
             begin = time.perf_counter()
-            last[name] = fedavg(trainer, start, data, 1, per_round, 1, batch, seed=r, together=many)[0]
-            if r > 0:
-                times[name].append(time.perf_counter() - begin)
-    gap = max(float(np.abs(a - b).max()) for a, b in zip(*last.values()))
-    return {name: float(np.median(t)) for name, t in times.items()} | {"largest weight gap": gap}
+            weights.append(fedavg(trainer, start, clients_, 1, per_round, 1, batch, seed=r, together=many)[0])
+            seconds[name] += (time.perf_counter() - begin) * (r > 0)
+        gap = max([gap, *(float(np.abs(a - b).max()) for a, b in zip(*weights))])
+    if not np.isfinite(gap):
+        raise FloatingPointError("a way's weights are not finite: lower the bench's client rate")
+    return seconds | {"largest weight gap": gap}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="A FedAvg round's LSTM clients one at a time vs together.")
+    ap = argparse.ArgumentParser(description="FedAvg rounds' LSTM clients one at a time vs together.")
     ap.add_argument("--scale", default="default", choices=("smoke", "default", "paper"))
-    ap.add_argument("--samples", type=int, default=2000, help="a middle client's samples")
-    ap.add_argument("--clients", type=int, default=0, help="clients per round (0: the scale's fedavg_clients)")
+    ap.add_argument("--fraction", type=float, default=1.0, help="of the default users' training samples")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="TensorFlow's threads (0: its default, the CPUs; 1: as "
+        "autlearn_accuracy has beside another notebook in make reproduce)",
+    )
     args = ap.parse_args(argv)
+    if args.threads:
+        limit_threads(args.threads)
 
     from ondevice.data.typing_samples import CHARS
     from ondevice.models import lstm_lm
     from ondevice.papers.autlearn.experiments.autlearn_accuracy import Params
     from ondevice.papers.deeptype.bench_users import machine
+    from ondevice.training.bucketing import equal_length_batches
 
     p = Params.for_scale(args.scale)
-    n = args.clients or p.fedavg_clients
     config = lstm_lm.LSTMConfig(p.vocab_size + len(CHARS), p.vocab_size, p.embedding_dim, p.hidden_units, p.lstm_layers)
-    data = clients(config, n, args.samples)
-    print(f"ondevice bench, FedAvg clients together: {machine()}, medians of {args.repeats} rounds")
+    drawn = rounds(clients(config, args.fraction), p.fedavg_clients, args.repeats)
+    threads = f"{args.threads} thread(s)" if args.threads else "TensorFlow's default threads"
+    print(f"ondevice bench, FedAvg clients together: {machine()}, {threads}, {args.repeats} timed rounds")
     print(
-        f"  {args.scale} AutLearn LSTM (vocabulary {p.vocab_size}, embedding {p.embedding_dim}, "
-        f"{p.lstm_layers} x LSTM {p.hidden_units}), {n} clients x {args.samples // 2}-{3 * args.samples // 2} "
-        f"samples, batch {p.text_cloud_batch_size}, SGD, equal-length buckets, one local epoch"
+        f"  {args.scale} AutLearn LSTM (vocabulary {p.vocab_size}, embedding {p.embedding_dim}, {p.lstm_layers} x "
+        f"LSTM {p.hidden_units}), {p.fedavg_clients} of 12 clients a round ({args.fraction:g} x the default users' "
+        f"samples), batch {p.text_cloud_batch_size}, SGD, equal-length buckets, one local epoch"
     )
-    seconds = round_seconds(p, lstm_lm.build(config, seed=0), data, args.repeats)
+    seconds = round_seconds(p, lstm_lm.build(config, seed=0), drawn)
     alone, together = seconds["one at a time"], seconds["together"]
-    print(f"  a round, clients one at a time: {alone:8.2f} s ({alone / n:.2f} s per client)")
-    print(f"  a round, clients together:      {together:8.2f} s ({together / n:.2f} s per client)")
+    print(f"  {args.repeats} rounds, clients one at a time: {alone:8.2f} s")
+    print(f"  {args.repeats} rounds, clients together:      {together:8.2f} s")
     print(f"  FedAvg clients together: x{alone / together:.2f} over one at a time")
-    print(f"  largest gap between the two rounds' averaged weights: {seconds['largest weight gap']:.2e}")
+    steps = [
+        [len(equal_length_batches(c.lengths, p.text_cloud_batch_size, None)) for c in d.values()] for d in drawn[1:]
+    ]
+    print(
+        f"  steps of the timed rounds: {sum(map(sum, steps))} client steps one at a time; together "
+        f"{sum(map(max, steps))} steps of {p.fedavg_clients} clients, {sum(p.fedavg_clients * max(s) for s in steps)} "
+        "client slots (a client whose epoch is done sits masked)"
+    )
+    print(f"  largest gap between the two ways' averaged weights: {seconds['largest weight gap']:.2e}")
     return 0
 
 
