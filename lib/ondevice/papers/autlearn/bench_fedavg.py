@@ -4,13 +4,13 @@ together (one `ManyUsers`), at the scale's model, client batch and clients per r
 
     python -m ondevice.papers.autlearn.bench_fedavg [--scale default] [--fraction 1.0] [--repeats 3] [--threads 1]
 
-The clients hold random samples shaped like the typing samples (3 previous words, then 3-10 typed
-characters; `bench_measures.eval_samples`), as many as the default run's 12 users have training
-samples (`USER_SAMPLES`, times `--fraction`), and each round draws the scale's clients per round
-from them as `fedavg` does, so that a round's clients differ in size as in the notebook (together,
-the smaller ones sit masked until the largest has finished its epoch). Each way runs the same
-rounds (same draws, same batches), one after the other, so that load from other processes falls on
-both alike; the printed times are sums over the timed rounds, after one untimed round each.
+The clients hold typing samples (`typing_samples.build_samples`) of random words of 3-10 letters,
+as many as the default run's 12 users have training samples (`USER_SAMPLES`, times `--fraction`);
+each round draws the scale's clients per round from them, so that a round's clients differ in size
+as in the notebook (together, the smaller ones sit masked until the largest has finished its
+epoch). Each way runs the same rounds (same draws, same batches), one after the other, so that
+load from other processes falls on both alike; the printed times are sums over the timed rounds,
+after one untimed round each.
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 USER_SAMPLES = (1442, 1475, 1548, 1731, 1958, 2013, 2040, 3612, 3645, 3952, 4368, 9354)
 
 
-def clients(config, fraction: float) -> dict:
-    """Clients of random typing-shaped samples, as many as the default's users have, times `fraction`."""
-    from ondevice.papers.deeptype.bench_measures import eval_samples
+def clients(params, fraction: float):
+    """Users of random words (3-10 letters, 12-word sentences, the scale's vocabulary size) with as
+    many samples as the default's users have, times `fraction`; and their vocabulary."""
+    from ondevice.data.typing_samples import Vocabulary, build_samples
 
-    return {f"user{k}": eval_samples(config, max(1, round(n * fraction)), seed=k) for k, n in enumerate(USER_SAMPLES)}
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = np.array(["".join(rng.choice(letters, n)) for n in rng.integers(3, 11, params.vocab_size)])
+    users = [[list(rng.choice(words, 12)) for _ in range(max(1, round(n * fraction / 12)))] for n in USER_SAMPLES]
+    vocab = Vocabulary.from_sentences([s for u in users for s in u], params.vocab_size)
+    return vocab, {f"user{k}": build_samples(u, vocab, params.context_words) for k, u in enumerate(users)}
 
 
 def rounds(data: dict, per_round: int, repeats: int) -> list[dict]:
@@ -82,17 +88,18 @@ def main(argv=None) -> int:
     if args.threads:
         limit_threads(args.threads)
 
-    from ondevice.data.typing_samples import CHARS
     from ondevice.models import lstm_lm
     from ondevice.papers.autlearn.experiments.autlearn_accuracy import Params
-    from ondevice.papers.deeptype.bench_users import machine
+    from ondevice.report.timings import machine
     from ondevice.training.bucketing import equal_length_batches
 
-    p = Params.for_scale(args.scale)
-    config = lstm_lm.LSTMConfig(p.vocab_size + len(CHARS), p.vocab_size, p.embedding_dim, p.hidden_units, p.lstm_layers)
-    drawn = rounds(clients(config, args.fraction), p.fedavg_clients, args.repeats)
+    p = Params.for_scale(args.scale, fedavg_together=True)  # the preset's is off: the clients together way
+    vocab, data = clients(p, args.fraction)
+    config = lstm_lm.LSTMConfig(vocab.input_size, vocab.size, p.embedding_dim, p.hidden_units, p.lstm_layers)
+    drawn = rounds(data, p.fedavg_clients, args.repeats)
     threads = f"{args.threads} thread(s)" if args.threads else "TensorFlow's default threads"
-    print(f"ondevice bench, FedAvg clients together: {machine()}, {threads}, {args.repeats} timed rounds")
+    load = f"load average {os.getloadavg()[0]:.1f} at start"
+    print(f"ondevice bench, FedAvg clients together: {machine()}, {load}, {threads}, {args.repeats} timed rounds")
     print(
         f"  {args.scale} AutLearn LSTM (vocabulary {p.vocab_size}, embedding {p.embedding_dim}, {p.lstm_layers} x "
         f"LSTM {p.hidden_units}), {p.fedavg_clients} of 12 clients a round ({args.fraction:g} x the default users' "
