@@ -75,12 +75,12 @@ def clients_together(params, kind: str, model, learning_rate: float, clients: in
     trains it alone, to float32 rounding); the LSTM only: `ManyUsers` batches embedding, LSTM and
     dense layers, not the MobileNet's convolutions and batch normalisation.
 
-    Off in the presets: no faster at the client batch of 64 (`bench_fedavg` at default, rounds of 4
-    of the default users' sizes: x0.81 on one thread, as the notebook runs in `make reproduce`, x0.97
-    on two). The softmax product, which `ManyUsers` runs client by client, is 88% of a client step's
+    Off in the presets: slower at the client batch of 64 (`bench_fedavg` at default, rounds of 4 of
+    the default users' sizes: x0.88 on one thread, as the notebook runs in `make reproduce`, x0.68 on
+    two). The softmax product, which `ManyUsers` runs client by client, is 88% of a client step's
     FLOPs at default (96 x 10,000 per position against the LSTMs' 4 x 96 x 160 and 4 x 96 x 192), so
     batching shares little, while together pads each step to the longest client batch and keeps
-    stepping the clients that finished their epoch, masked (552 client slots for 418 steps)."""
+    stepping the clients that finished their epoch, masked (552 client slots for 430 steps)."""
     if not params.fedavg_together or kind != "text":
         return None
     return ManyUsers(model, protocol.task(params, kind), clients, learning_rate, "sgd", source=EqualLength())

@@ -74,7 +74,7 @@ class Params(common.AutLearnParams):
     text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     image_fedavg_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
-    fedavg_together: bool = False  # a round's LSTM clients at once: no faster (fedavg_baseline.clients_together)
+    fedavg_together: bool = False  # a round's LSTM clients at once: slower (fedavg_baseline.clients_together)
     # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
     # in a row of the loss on all data of the validation users none `stop_min_delta` (relative) below
     # the reference, keeping the lowest (as the LSTM's pre-training). CloudTrain: every epoch,
