@@ -51,7 +51,8 @@ class Params(starts.Params):
     curve_points: int = 20  # cumulative top-k-eff at this many points of each stream (figure)
 
     # The model fields are the shared presets', so the global models are the other notebooks' cache entries.
-    # Starts (`global_texts`): Sent140 (the paper's public Twitter model; main), the crowd beside it. The
+    # Starts (`global_texts`): Sent140 (the paper's public Twitter model; main; 90,744 words + 20,006 held out
+    # at default, 12,000 at smoke), the crowd beside it (246,561 words at default). The
     # planted control's gain is online minus global top-k-eff over the whole stream (the paper's +9.5%).
     PRESETS = presets(typing_protocol.PRESETS, planted.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
 

@@ -55,7 +55,8 @@ class Params(starts.Params):
     personal_holdout_fraction: float = 0.0  # fixed epochs: each data fraction gets the same number
 
     # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes. Starts
-    # (`global_texts`): Sent140 (the paper's public Twitter model; main), the crowd beside it. The planted
+    # (`global_texts`): Sent140 (the paper's public Twitter model; main; 90,744 words + 20,006 held out at
+    # default, 12,000 at smoke), the crowd beside it (246,561 words at default). The planted
     # control's gain is P-M* minus G-M top-k-eff at 50% and 100%, its rule judged at 100%.
     PRESETS = presets(
         typing_protocol.PRESETS,
