@@ -8,7 +8,7 @@ training, later lines for testing); the personal model trains (`protocol`) on th
 (`techniques.dynamic_vocab`), on the same batches in the same order, so the two differ only in the
 vocabulary. The planted-signal control (`planted`) runs at the paper's two sizes.
 
-Stages: `starts.load`, `starts.train`, `personal_sizes.vocabulary_reach`, `personalize_starts`,
+Stages: `starts.load`, `starts.train`, `personal_sizes.vocabulary_reach`, `personalize` from each start (`starts.each`),
 `personal_sizes.planted_control`, `conclude`.
 """
 
