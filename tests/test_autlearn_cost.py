@@ -97,15 +97,22 @@ def test_flops_saved_is_what_the_pruned_model_no_longer_counts(layer):
         pruned = pruning.prune(cnn, layer_, [0, 1])
         saved = pruning.forward_flops(cnn) - pruning.forward_flops(pruned)
         assert pruning.flops_saved(cnn, layer_, 2) == pytest.approx(saved, rel=1e-12)
-    mobilenet = pruning.flatten(mobilenet_v1.build(None, 0.25, 32, 62))  # an inlined sub-model: layers seen twice
-    for layer_ in ("conv1", "conv_pw_7", "conv_pw_13"):
-        pruned = pruning.prune(mobilenet, layer_, [0, 1, 2])
-        saved = pruning.forward_flops(mobilenet) - pruning.forward_flops(pruned)
-        assert pruning.flops_saved(mobilenet, layer_, 3) == pytest.approx(saved, rel=1e-12)
     # lstm_2 feeds the softmax (12 x 30): one unit saves 2 x 30 there and 2 x 4 x (8 + 12 + 12 - 1) + ... in the LSTMs
     need = pruning.flops_saved(model, "lstm_2", 3)
     assert pruning.units_for(model, "lstm_2", need) == 3 and pruning.units_for(model, "lstm_2", need + 1) == 4
     assert pruning.units_for(model, "embedding", pruning.forward_flops(model)) == 0  # it cannot save that much
+    one = min(pruning.flops_saved(model, n, 1) for n in ("embedding", "lstm_2"))
+    assert pruning.reachable(model, ["embedding", "lstm_2"], pruning.forward_flops(model)) >= one
+    assert pruning.reachable(model, ["embedding", "lstm_2"], 0.5 * one) == one
+    assert pruning.reachable(pruning.prune(model, "lstm_2", range(11)), ["lstm_2"], 1.0) is None
+
+
+def test_flops_saved_counts_each_layer_of_an_inlined_mobilenet_once():
+    mobilenet = pruning.flatten(mobilenet_v1.build(None, 0.25, 32, 62))  # its backbone's layers are called twice
+    for layer in ("conv1", "conv_pw_7", "conv_pw_13"):
+        pruned = pruning.prune(mobilenet, layer, [0, 1, 2])
+        saved = pruning.forward_flops(mobilenet) - pruning.forward_flops(pruned)
+        assert pruning.flops_saved(mobilenet, layer, 3) == pytest.approx(saved, rel=1e-12)
 
 
 def toy_mlp_cloud():
@@ -148,13 +155,14 @@ def test_pruning_search_retrains_every_round_and_goes_on_while_the_budget_allows
         retrained.append(done)
         return retraining.to_plateau(m, cloud, 0.01, done, max_epochs=3)
 
-    # no budget to speak of: the rounds go on until the layer cannot lose another step's work (16 FLOP-
-    # equivalents of 128 per round: 2 units of 16), with no round cap: 16 -> 14 -> ... -> 2
+    # no budget to speak of: the rounds go on, with no round cap, until the layer cannot lose a unit: a step
+    # of 12.8 of the 128 FLOPs takes 2 units of 16 (8 FLOPs each), 16 -> 14 -> ... -> 2; then the step no
+    # layer can save shrinks to one unit's 8 FLOPs: 2 -> 1
     best, rounds = pruning.search(model, cloud.scores, retrain, step=0.1, max_drop=1.0, log=lambda *_: None)
-    assert [r.width_after for r in rounds] == list(range(14, 1, -2)) and all(r.within_budget for r in rounds)
-    assert len(retrained) == len(rounds) == 7 and pruning.width(best.get_layer("hidden")) == 2
+    assert [r.width_after for r in rounds] == [*range(14, 1, -2), 1] and all(r.within_budget for r in rounds)
+    assert len(retrained) == len(rounds) == 8 and pruning.width(best.get_layer("hidden")) == 1
     assert retrained == [0, *(r.epochs_total for r in rounds[:-1])]  # each round re-trains on from the last
-    assert [r.work_removed for r in rounds] == pytest.approx([i / 8 for i in range(1, 8)])
+    assert [r.work_removed for r in rounds] == pytest.approx([i / 8 for i in range(1, 8)] + [15 / 16])
     assert epochs[: rounds[0].epochs] == [retraining.epoch_tag(e) for e in range(1, rounds[0].epochs + 1)]
 
 

@@ -160,7 +160,7 @@ def _structured(params, kind: str, uncompressed: Compressed, cloud: Cloud, log):
     base, base_acc, drop = uncompressed.model, uncompressed.val_top1, params.max_accuracy_drop
     rule = dict(layers=pruning.candidates(base), max_candidates=params.prune_candidates if kind == "image" else 0)
     select, step = (lambda model: cloud.scores(model)[1]), params.prune_step * pruning.forward_flops(base)
-    first = pruning.ranked(base, rule["layers"], step, select, rule["max_candidates"])
+    first = pruning.ranked(base, rule["layers"], step, select, rule["max_candidates"])[1]
     rates = params.text_retrain_rates if kind == "text" else params.image_retrain_rates
     rate, trials = retraining.choose_rate(first[0][3] if first else base, cloud, rates, log)
     control = retraining.EpochControl(base, cloud, rate, base_acc, drop, log)

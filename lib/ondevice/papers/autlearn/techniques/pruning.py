@@ -288,10 +288,26 @@ def flops_saved(model: keras.Model, layer_name: str, k: int) -> float:
 
 def units_for(model: keras.Model, layer_name: str, flops: float) -> int:
     """The fewest units of `layer_name` whose removal saves at least `flops` (0: it cannot, even
-    keeping one unit)."""
-    n = width(model.get_layer(layer_name))
-    enough = [k for k in range(1, n) if flops_saved(model, layer_name, k) >= flops]
-    return enough[0] if enough else 0
+    keeping one unit); the saving grows with the units removed, so a bisection finds them."""
+    low, high = 1, width(model.get_layer(layer_name)) - 1
+    if high < 1 or flops_saved(model, layer_name, high) < flops:
+        return 0
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if flops_saved(model, layer_name, mid) >= flops else (mid + 1, high)
+    return low
+
+
+def reachable(model: keras.Model, names, flops: float) -> float | None:
+    """`flops`, halved until some layer of `names` can save it, and at least the smallest saving of
+    one unit (None: no layer can lose a unit). A round's step shrinks rather than end the search."""
+    able = [n for n in names if width(model.get_layer(n)) > 1]
+    if not able:
+        return None
+    floor = min(flops_saved(model, n, 1) for n in able)
+    while flops > floor and not any(units_for(model, n, flops) for n in able):
+        flops /= 2
+    return max(flops, floor)
 
 
 @dataclass(frozen=True)
@@ -311,18 +327,20 @@ class Round:
     within_budget: bool  # kept; a candidate outside is dropped and the round's next one tried
 
 
-def ranked(model: keras.Model, names, flops: float, select, max_candidates: int = 0) -> list[tuple]:
-    """The round's candidates, best first: (selection score, layer, k, pruned model) for every layer of
-    `names` that can save `flops` by losing its k lowest-norm units (`max_candidates`: only that many
-    layers with the most FLOPs of `model`; 0: all). Ties keep `names` order."""
+def ranked(model: keras.Model, names, flops: float, select, max_candidates: int = 0) -> tuple[float, list[tuple]]:
+    """(the round's step, `reachable` from `flops`; its candidates, best first: (selection score,
+    layer, k, pruned model) for every layer of `names` that saves the step by losing its k lowest-norm
+    units). `max_candidates`: only that many layers with the most FLOPs of `model` (0: all). Ties keep
+    `names` order; no layer able to lose a unit: (0, [])."""
     if max_candidates:
         names = sorted(names, key=lambda n: -layer_flops(model.get_layer(n)))[:max_candidates]
+    step = reachable(model, names, flops)
     tried = []
-    for name in names:
-        if k := units_for(model, name, flops):
+    for name in names if step else ():
+        if k := units_for(model, name, step):
             trial = prune(model, name, lowest_units(model.get_layer(name), k))
             tried.append((select(trial), name, k, trial))
-    return sorted(tried, key=lambda t: -t[0])
+    return step or 0.0, sorted(tried, key=lambda t: -t[0])
 
 
 def search(
@@ -345,8 +363,9 @@ def search(
     epochs in all is judged from (default: the uncompressed model's judged top-1). Each round every
     candidate layer (`ranked`) loses as many lowest-norm units as the step needs; the best by selection
     score is re-trained and judged; outside `max_drop` of its reference it is not kept and the next
-    candidate is tried. The search stops when no candidate stays within the budget or none can save
-    a step. Returns the last kept model (`model` itself when none) and every re-trained candidate."""
+    candidate is tried. A step no layer can save is halved (`reachable`). The search stops when no
+    candidate of a round stays within the budget or no layer can lose a unit. Returns the last kept
+    model (`model` itself when none) and every re-trained candidate."""
     if not 0 < step < 1 or max_drop < 0:
         raise ValueError(f"need 0 < step < 1 and max_drop >= 0; got {step}, {max_drop}")
     if reference is None:
@@ -356,9 +375,9 @@ def search(
     names = layers if layers is not None else candidates(model)
     for r in itertools.count(1):
         select = lambda m: scores(m)[1]
-        tried = ranked(best, names, step * original, select, max_candidates)
+        need, tried = ranked(best, names, step * original, select, max_candidates)
         if not tried:
-            log(f"pruning round {r}: no layer can remove {step:.0%} of the work: stop")
+            log(f"pruning round {r}: no layer can lose a unit: stop")
             break
         kept = None
         for before, name, k, trial in tried:
@@ -369,7 +388,8 @@ def search(
             shape = (r, name, k, after, parameters(trial), flops, 1 - flops / original, before)
             rounds.append(Round(*shape, epochs, total + epochs, acc, ref, ok))
             log(
-                f"pruning round {r}: {name} -{k} -> {after} units ({1 - flops / original:.0%} of the work removed), "
+                f"pruning round {r} (step {need / original:.1%}): {name} -{k} -> {after} units "
+                f"({1 - flops / original:.0%} of the work removed), "
                 f"{epochs} re-training epoch(s), accuracy {acc:.4f} (budget from {ref:.4f})"
                 f"{'' if ok else ', over the budget: not kept'}"
             )
