@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from numerics import assert_close_float32, lstm_terms
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
-from ondevice.models import lstm_lm
+from ondevice.models import lstm_lm, svd_embedding
 from ondevice.models import svd_compression as svd
 from ondevice.papers.deeptype import model_size, reuse_compressed
 from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt
-from ondevice.papers.deeptype.techniques import svd_rank, svd_retrain
+from ondevice.papers.deeptype.techniques import svd_rank, svd_reading, svd_retrain
 from ondevice.papers.deeptype.techniques import vocab_compression as vc
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import inference_reuse
@@ -113,3 +114,78 @@ def test_reuse_on_the_combined_compressed_model_is_the_fine_tune_update(setup):
     # work: below the head the LSTMs and the 12 x 3 projection, the head 3 x n' (not 12 x V)
     below, head = inference_reuse.forward_flops(replace(config, output_vocab=vmap.size), 1, rank=3)
     assert head == 2 * 3 * vmap.size and below == inference_reuse.forward_flops(config, 1)[0] + 2 * 12 * 3
+
+
+def test_embedding_svd_factors_the_embedding_and_keeps_the_outputs_at_full_rank(setup):
+    model, config, samples = setup
+    x, _ = samples.padded(np.arange(6))
+    full = svd_embedding.compress_embedding(model, config.embedding_dim)
+    assert [la.name for la in full.layers][1:3] == ["embedding", "embedding_svd"]
+    # the lookup (8 terms of U S times V^T) then the model's own LSTMs and softmax (12 + 1 terms)
+    assert_close_float32(full(x).numpy(), model(x).numpy(), terms=lstm_terms(x.shape[1], 8, 12) + 8 + 13)
+    small = svd_embedding.compress_embedding(svd.compress(model, 3), 2)
+    assert small.get_layer("embedding").get_weights()[0].shape == (config.input_vocab, 2)
+    assert small.get_layer("embedding_svd").get_weights()[0].shape == (2, config.embedding_dim)
+    assert model.get_layer("embedding").get_weights()[0].shape == (config.input_vocab, config.embedding_dim)
+    # the built model is what the size arithmetic counts for the embedding reading, composed with a cut softmax
+    vmap = vc.VocabMap.from_history(opt.first_samples(samples, 6), config.output_vocab)
+    arithmetic = model_size.variants(_shape(config), 3, vmap.size, embedding_rank=2)
+    assert small.count_params() == sum(arithmetic[("svd", model_size.WITH_EMBEDDING)].values()) < model.count_params()
+    combined = sum(arithmetic[("combined", model_size.WITH_EMBEDDING)].values())
+    assert vc.compress(small, vmap).count_params() == combined
+    # a small rank changes the outputs; an impossible one is named
+    assert np.abs(svd_embedding.compress_embedding(model, 2)(x).numpy() - model(x).numpy()).max() > 1e-4
+    with pytest.raises(ValueError, match="SVD rank"):
+        svd_embedding.compress_embedding(model, config.embedding_dim + 1)
+
+
+def _sweep(loss: float, within: bool) -> pd.DataFrame:
+    row = dict(rank=3, holdout_loss=9.0, retrained_holdout_loss=loss, unfactored_holdout_loss=2.0, limit=2.02)
+    return pd.DataFrame([row | dict(within_tolerance=within, chosen=True)])
+
+
+@pytest.mark.parametrize(
+    "text_within, embedding_within, main",
+    [
+        (True, True, model_size.WITH_EMBEDDING),  # both close enough: the smaller model
+        (True, False, model_size.SOFTMAX_ONLY),
+        (False, True, model_size.WITH_EMBEDDING),
+        (False, False, model_size.SOFTMAX_ONLY),  # neither: the text's reading
+    ],
+)
+def test_reading_rule_takes_the_smaller_model_within_tolerance(text_within, embedding_within, main):
+    shape = lambda n: SimpleNamespace(count_params=lambda: n)  # noqa: E731
+    compressed = {
+        model_size.SOFTMAX_ONLY: SimpleNamespace(rank=3, embedding_rank=0, model=shape(1000)),
+        model_size.WITH_EMBEDDING: SimpleNamespace(rank=3, embedding_rank=2, model=shape(600)),
+    }
+    table = svd_reading.readings_table(_sweep(2.01, text_within), _sweep(2.015, embedding_within), compressed)
+    assert table[table.chosen].reading.tolist() == [main]
+    assert table.embedding_rank.tolist() == [0, 2] and table.parameters.tolist() == [1000, 600]
+    compressed[model_size.WITH_EMBEDDING].model = shape(1000)  # the same size: the text's reading
+    table = svd_reading.readings_table(_sweep(2.01, True), _sweep(2.015, True), compressed)
+    assert table[table.chosen].reading.tolist() == [model_size.SOFTMAX_ONLY]
+
+
+@pytest.mark.slow(
+    reason="three re-trainings through the model cache (each traces its own trainer): the claim is the cache"
+)
+def test_embedding_reading_retrains_its_own_cached_model(setup, tmp_path, monkeypatch):
+    """`svd_retrain.retrain_seed` with an embedding rank: a cache entry of its own (the softmax-only
+    one is not reused), whose weights are those of the model factored at both ranks."""
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    model, config, samples = setup
+    params = opt.Params.for_scale("smoke", svd_retrain_epochs=1)
+    base = SimpleNamespace(key="base", info={"history": [], "fields": {}})
+    models = SimpleNamespace(model=model, weights={params.seed: model.get_weights()}, entries={params.seed: base})
+    corpus = SimpleNamespace(crowd_samples=samples, holdout_samples=opt.first_samples(samples, 8))
+    quiet = lambda _: None  # noqa: E731
+    text = svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet)
+    both = svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet, embedding_rank=2)
+    assert not both.hit and both.key != text.key
+    assert svd_retrain.retrain_seed(models, params, corpus, params.seed, 3, quiet, embedding_rank=2).hit
+    shape = svd.compress(svd_embedding.compress_embedding(model, 2), 3)
+    assert [w.shape for w in shape.get_weights()] == [w.shape for w in both.weights]
+    compressed = svd_retrain.compress_globals(models, params, corpus, 3, quiet, embedding_rank=2)
+    assert compressed.embedding_rank == 2 and compressed.model.count_params() == shape.count_params()
+    assert compressed.cache().embedding_rank.tolist() == [2]

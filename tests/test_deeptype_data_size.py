@@ -1,21 +1,26 @@
 """D2 data size and epochs: nested training sets, one cached model per size whose stored
 per-epoch scores are the trained model's, and the convergence rule."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from ondevice.data import per_user_text
+from ondevice.papers.deeptype import size_convergence as conv
 from ondevice.papers.deeptype.experiments import deeptype_data_size as exp
+from ondevice.papers.deeptype.plateau_decay import PlateauDecay
 from ondevice.params import ParameterError
 from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache
+from ondevice.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
 def setup(speeches):
-    params = exp.Params.for_scale("smoke", crowd_max_words=3000, size_max_words=1200, size_epochs=2, eval_max_words=40)
+    params = exp.Params.for_scale("smoke", crowd_max_words=3000, size_max_words=1200, size_epochs=30, eval_max_words=40)
     corpus = per_user_text.load_corpus(params, speeches, lambda _: None)
     return params, corpus, exp.training_sets(params, corpus, lambda _: None)
 
@@ -39,6 +44,7 @@ def test_training_sets_are_nested_shares(setup):
 
 def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, monkeypatch):
     params, corpus, sets = setup
+    params = dataclasses.replace(params, size_epochs=2)  # the cap: a short fit is enough for the cache
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
     quiet = lambda _: None
     words = list(sets.sets)[0]
@@ -58,8 +64,57 @@ def test_each_size_is_one_cache_entry_with_its_models_scores(setup, tmp_path, mo
     other = exp.size_model(params, corpus, sets, list(sets.sets)[1], params.seed, quiet)
     assert not other.hit and other.key != first.key
     assert len(list(model_cache.cache_root().glob("deeptype_data_size-*"))) == 2
-    stops = exp.stopping({(params.seed, words): first})
+    stops = conv.stopping({(params.seed, words): first})
     assert stops.kept_epoch.tolist() == [first.info["kept_epoch"]] and stops.epochs.tolist() == [len(epochs)]
+
+
+def test_each_size_trains_to_its_plateau_with_the_rate_decayed_there(setup, tmp_path, monkeypatch):
+    """The stored curve replayed through the rule: the rate halves after (only) every epoch that
+    misses the 1% improvement, training ends on `size_patience` of them in a row before the cap,
+    and the kept epoch is the lowest held-out loss."""
+    params, corpus, sets = setup
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    entry = exp.size_model(params, corpus, sets, list(sets.sets)[0], params.seed, lambda _: None)
+    epochs, info = entry.info["epochs"], entry.info
+    loss, rate = [e["holdout_loss"] for e in epochs], [e["learning_rate"] for e in epochs]
+    assert info["plateau"] and len(epochs) < params.size_epochs  # the plateau, not the cap, ended it
+    assert info["kept_epoch"] == int(np.argmin(loss)) + 1
+    best, expected, misses = np.inf, params.global_learning_rate, []
+    for i, value in enumerate(loss):
+        assert rate[i] == pytest.approx(expected)
+        missed = value >= best * (1 - params.global_min_improvement)
+        best, expected = min(best, value), expected * (params.global_lr_decay if missed else 1)
+        misses.append(missed)
+    assert misses[-params.size_patience :] == [True] * params.size_patience
+    assert len(misses) == params.size_patience or not misses[-params.size_patience - 1]  # it stopped at once
+    # the control: an LSTM below its own 2-gram on the held-out text is reported as not converged
+    points, words = exp.curve({(params.seed, entry.info["fields"]["training_words"]): entry}), list(sets.sets)[0]
+    base = pd.DataFrame({"training_words": [words], "top_k_eff": [0.5]})
+    kept = epochs[info["kept_epoch"] - 1]["holdout_top_k_eff"]
+    for ngram, below in ((kept + 0.01, True), (kept - 0.01, False)):
+        table = conv.control({(params.seed, words): entry}, {words: ngram}, base, points)
+        assert table.below_ngram.tolist() == [below] and table.converged.tolist() == [not below]
+        assert table.lstm_holdout_top_k_eff.tolist() == [kept] and table.ngram_test_median.tolist() == [0.5]
+
+
+def test_plateau_decay_halves_the_rate_on_stalls_and_stops_on_a_plateau(setup):
+    """Real TF training (`Trainer.fit`) with a scripted held-out curve: 1% stalls at epochs 3, 5, 6, 7."""
+    params, corpus, sets = setup
+    model = typing_protocol.build_model(params, corpus, 0)
+    data = sets.evaluation[next(iter(sets.evaluation))]
+    curve = iter([5.0, 4.0, 3.99, 3.0, 2.995, 3.2, 2.99, 1.0])
+    seen = []
+    evaluate = lambda m: (seen.append(m.get_weights()[0].copy()), {"holdout_loss": next(curve)})[1]  # noqa: E731
+    rule = PlateauDecay(1.0, 0.5, patience=3, min_delta=0.01)
+    trainer = Trainer(model, NextWordTask(3), 1.0, "sgd")
+    history = trainer.fit(data, 20, 16, np.random.default_rng(0), None, "", evaluate, rule, schedule=rule)
+    assert [h["learning_rate"] for h in history] == [1.0, 1.0, 1.0, 0.5, 0.5, 0.25, 0.125]
+    assert len(history) == 7 and history.plateau  # epoch 8 (which would improve) never runs
+    assert history.best_epoch == 7  # 2.99 is the lowest, kept although it missed the 1% improvement
+    np.testing.assert_array_equal(model.get_weights()[0], seen[6])
+    assert rule(1) == 0.0625 and rule.watch() and rule(1) == 1.0  # a new fit starts at the first rate again
+    with pytest.raises(ValueError, match="decay"):
+        PlateauDecay(1.0, 1.0, 3, 0.01)
 
 
 def test_the_ngram_baseline_is_counted_on_each_size(setup):
@@ -109,7 +164,7 @@ def test_a_flagged_size_effect_is_diagnosed_with_kept_epochs_and_the_baseline():
         columns=["seed", "training_words", "epochs", "kept_epoch", "plateau"],
     )
     base = pd.DataFrame({"training_words": [10, 10, 50, 50, 100, 100], "top_k_eff": [0.2, 0.2, 0.3, 0.3, 0.31, 0.31]})
-    table = exp.effects(exp.Params.for_scale("smoke"), _points(), stops, base)
+    table = exp.effects(exp.Params.for_scale("smoke"), _points(), stops.assign(below_ngram=[True, False, False]), base)
     # +18.8% against the paper's +9.2%: within 3x, no diagnosis; +5.3% against +0.8%: flagged
     assert table.diagnosis[0] == "" and table.section[0] == ""
     assert table.diagnosis[1] == (
@@ -117,11 +172,16 @@ def test_a_flagged_size_effect_is_diagnosed_with_kept_epochs_and_the_baseline():
         f"{exp.BASELINE} on the same words 0.300 -> 0.310 (+3.3%); the LSTM on 50 words 0.432 against the "
         f"{exp.BASELINE}'s 0.300"
     )
-    assert table.section[1] == exp.SECTION and table["diagnosis kind"].tolist() == ["", "open"]
+    assert table.section[1] == conv.SECTION and table["diagnosis kind"].tolist() == ["", "open"]
     assert (
-        "10 words kept epoch 13 of 13 (epoch cap)"
-        in exp.diagnosis(
-            {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}, stops, base, _points(), 10, 50
+        "10 words kept epoch 13 of 13 (epoch cap; below its 2-gram on held-out text)"
+        in conv.diagnosis(
+            {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1},
+            stops.assign(below_ngram=[True, False, False]),
+            base,
+            _points(),
+            10,
+            50,
         ).text
     )
 

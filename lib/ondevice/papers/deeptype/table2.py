@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice.papers.deeptype import model_size
-from ondevice.papers.deeptype.techniques import combined, svd_rank
+from ondevice.papers.deeptype.techniques import combined
 from ondevice.report import claims, facts
 
 NAME = "deeptype_ondevice_opt"
@@ -109,13 +109,20 @@ def softmax_share(model) -> float:
 SECTION = "Why sizes and costs differ from Table 2"
 
 
-def causes(runs: pd.DataFrame, share: float, sweep: pd.DataFrame) -> dict[str, float]:
+def ranks(readings: pd.DataFrame) -> str:
+    """The chosen reading's ranks, as the diagnoses name them (`svd_reading.readings_table`)."""
+    main = readings[readings.chosen].iloc[0]
+    return f"t={main.softmax_rank}" + (f", embedding t={main.embedding_rank}" if main.embedding_rank else "")
+
+
+def causes(runs: pd.DataFrame, share: float, readings: pd.DataFrame) -> dict[str, float]:
     """The measurements behind the top-k-eff rows: the softmax's share and the size bound it sets,
     the words a user's history keeps and the test words it loses, and the global model's held-out
-    loss unfactored and at the rule's rank before and after re-training (first seed, `svd_rank`)."""
+    loss unfactored and under the chosen reading at its rules' ranks before and after re-training
+    (first seed, `svd_reading`)."""
     base, vocab = runs[runs.variant == "baseline"], runs[runs.variant == "vocab"]
     paper_base, paper_svd = PAPER_TABLE2["baseline"][2], PAPER_TABLE2["svd"][2]
-    chosen, rank = sweep[sweep.chosen].iloc[0], svd_rank.chosen_rank(sweep)
+    chosen, rank = readings[readings.chosen].iloc[0], ranks(readings)
     return {
         "softmax share of the parameters": share,
         "largest model shrink from cutting only the softmax": 1 / (1 - share) - 1,
@@ -125,8 +132,8 @@ def causes(runs: pd.DataFrame, share: float, sweep: pd.DataFrame) -> dict[str, f
         "test words outside the global vocabulary": float(base.test_oov_or_unseen_rate.mean()),
         "test words outside the user's kept words": float(vocab.test_oov_or_unseen_rate.mean()),
         "held-out loss, global model": float(chosen.unfactored_holdout_loss),
-        f"held-out loss, SVD t={rank} before re-training": float(chosen.holdout_loss),
-        f"held-out loss, SVD t={rank} re-trained": float(chosen.retrained_holdout_loss),
+        f"held-out loss, SVD {rank} before re-training": float(chosen.holdout_loss),
+        f"held-out loss, SVD {rank} re-trained": float(chosen.retrained_holdout_loss),
     }
 
 
@@ -134,40 +141,63 @@ def causes_table(measured: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(list(measured.items()), columns=["measurement", "value"])
 
 
-def size_table(runs: pd.DataFrame, ours: dict, rank: int) -> pd.DataFrame:
+def size_table(runs: pd.DataFrame, ours: dict, rank: int, embedding_rank: int) -> pd.DataFrame:
     """`model_size.table` for our shape (`ours`: words_in, words_out, embedding, hidden, layers)
-    and the paper's, at our rank and the paper's, with the kept words (ours measured, median)."""
+    and the paper's, at our ranks and the paper's, with the kept words (ours measured, median)."""
     kept = float(np.median(runs[runs.variant == "vocab"].output_words))
     reported = {v: PAPER_TABLE2[v][2] for v in ("baseline", *SIZE_CLAIMS)}
-    return model_size.table(ours, rank, kept, PAPER_VALUES[USED_WORDS], reported)
+    return model_size.table(ours, rank, kept, PAPER_VALUES[USED_WORDS], reported, embedding_rank)
 
 
-def diagnoses(measured: dict[str, float], sweep: pd.DataFrame, sizes: pd.DataFrame, runs) -> dict:
+def reading_sensitivity(runs: pd.DataFrame, other_runs: pd.DataFrame, readings: pd.DataFrame) -> pd.DataFrame:
+    """Both readings of the SVD side by side (the main rows' and the other's, `svd_reading`): per
+    reading and SVD variant, the compressed global model's ranks, parameters and re-trained held-out loss, and
+    the personal models' top-k-eff and size (median over users, mean over seeds) against the baseline."""
+    base_eff, base_size, rows = median(runs, "baseline", "top_k_eff"), median(runs, "baseline", "size_mb"), []
+    for data in (runs, other_runs):
+        for variant in ("svd", "combined"):
+            sub = data[data.variant == variant]
+            r = readings[readings.reading == sub.svd_reading.iloc[0]].iloc[0]
+            eff, size = median(data, variant, "top_k_eff"), median(data, variant, "size_mb")
+            rows.append(dict(reading=r.reading, chosen=r.chosen, variant=variant, label=LABEL[variant]))
+            rows[-1].update(
+                softmax_rank=r.softmax_rank, embedding_rank=r.embedding_rank, global_parameters=r.parameters
+            )
+            rows[-1].update(retrained_holdout_loss=r.retrained_holdout_loss, within_tolerance=r.within_tolerance)
+            rows[-1].update(top_k_eff=eff.mean(), top_k_eff_change=(eff / base_eff - 1).mean())
+            rows[-1].update(size_mb=size.mean(), size_change=(size / base_size - 1).mean())
+    return pd.DataFrame(rows)
+
+
+def diagnoses(measured: dict[str, float], readings: pd.DataFrame, sizes: pd.DataFrame, runs) -> dict:
     """One line per size or top-k-eff row of Table 2 whose change can differ from the paper's,
     each quoting the measurement that explains it, and its kind: the size rows from the arithmetic
-    on both models (`model_size.diagnosis`), the words a user keeps follow their data (data), the
-    top-k-eff cost of layer compression the rule's rank on our matrix (scale)."""
-    m, lost, rank = measured, measured["test words outside the user's kept words"], svd_rank.chosen_rank(sweep)
+    on both models under the measured reading (`model_size.diagnosis`), the words a user keeps
+    follow their data (data), the top-k-eff cost of layer compression the rules' ranks on our
+    matrices (scale)."""
+    m, lost, rank = measured, measured["test words outside the user's kept words"], ranks(readings)
+    main = readings[readings.chosen].iloc[0]
     words = (
         f"a user's history keeps {m['words kept by vocabulary compression (mean over users)']:,.0f} of "
         f"{m['vocabulary size']:,.0f} words (the paper's users: a median {PAPER_VALUES[USED_WORDS]:,.0f}), "
         f"and {lost:.0%} of test words fall outside them (outside the global vocabulary: "
         f"{m['test words outside the global vocabulary']:.0%}), never to be suggested"
     )
-    within = sweep[sweep.chosen].within_tolerance.iloc[0]
     loss = (
-        f"the rule's t={rank} ({'within' if within else 'the largest swept rank; none within'} its tolerance) "
-        f"takes the global model's held-out loss from {m['held-out loss, global model']:.3f} (unfactored) to "
-        f"{m[f'held-out loss, SVD t={rank} before re-training']:.3f} factored, "
-        f"{m[f'held-out loss, SVD t={rank} re-trained']:.3f} after re-training to a plateau"
+        f"the rules' {rank} ({main.reading}; {'within' if main.within_tolerance else 'none within'} the "
+        f"tolerance) take the global model's held-out loss from {m['held-out loss, global model']:.3f} "
+        f"(unfactored) to {m[f'held-out loss, SVD {rank} before re-training']:.3f} factored, "
+        f"{m[f'held-out loss, SVD {rank} re-trained']:.3f} after re-training to a plateau"
     )
     size = {
         v: float(np.mean(median(runs, "baseline", "size_mb") / median(runs, v, "size_mb") - 1)) for v in SIZE_CLAIMS
     }
     scale, data = claims.Kind.SCALE, claims.Kind.DATA
     return {
-        "layer compression shrinks the model": model_size.diagnosis(sizes, "svd", size["svd"], SECTION),
-        "all combined shrinks the model": model_size.diagnosis(sizes, "combined", size["combined"], SECTION),
+        "layer compression shrinks the model": model_size.diagnosis(sizes, "svd", size["svd"], SECTION, main.reading),
+        "all combined shrinks the model": model_size.diagnosis(
+            sizes, "combined", size["combined"], SECTION, main.reading
+        ),
         "vocabulary compression costs top-k-eff": claims.Diagnosis(words, SECTION, data),
         "layer compression costs top-k-eff": claims.Diagnosis(loss, SECTION, scale),
         "all combined costs top-k-eff": claims.Diagnosis(f"both causes at once: {loss}; and {words}", SECTION, scale),

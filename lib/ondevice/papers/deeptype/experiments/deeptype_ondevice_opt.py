@@ -3,6 +3,9 @@
 One personal epoch from each seed's cached global model (Shakespeare roles as users, as in D3)
 per variant of `techniques/combined.py`: the baseline, each technique alone, all combined, and
 the comparison batch sources of Sec. 5.3; the SVD global model is re-trained on the crowd first.
+Layer compression is measured under both readings of Sec. 5.1 (`techniques/svd_reading.py`: the
+softmax alone, the embedding as well); the main rows use the reading its rule chooses on held-out
+global text, the other reading's SVD and combined runs are the `svd_readings` sensitivity table.
 
 Training time = steady seconds per step x steps, every variant of a (seed, user) back to back, as
 a ratio to the baseline. Timings differ run to run: they stay out of the headline, `effects.csv`
@@ -37,7 +40,7 @@ from ondevice.papers.deeptype.table2 import (
     table2,
     wide,
 )
-from ondevice.papers.deeptype.techniques import svd_rank, svd_retrain
+from ondevice.papers.deeptype.techniques import svd_rank, svd_reading, svd_retrain
 from ondevice.report import claims, record
 from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
@@ -51,6 +54,7 @@ DEFAULT = dict(max_test_users=4, seeds=3, tflite_variants=("svd", "vocab", "comb
 # effects_table columns that carry timing measurements, renamed so they say so
 _TIMING_COLUMNS = {c: f"{c} (epoch time)" for c in ("our change", "ci low", "ci high", "sign test p", "verdict")}
 _TIMING_COLUMNS.update({"users improved": "users faster (epoch time)", "users worse": "users slower (epoch time)"})
+SVD_VARIANTS = ("svd", "combined")  # the variants that start from the SVD global model
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class Params(typing_protocol.DeepTypeParams, svd_rank.SVDParams):
     tflite_variants: tuple[str, ...] = TABLE2
     tflite_check_steps: int = 3  # personal steps run both in TF and in the exported TFLite model
     bootstrap: int = 2000
+    # Layer compression (every preset, fixed before any run, read on held-out global text):
+    # svd_rank's rule per matrix (softmax, then embedding); the main rows' reading by
+    # svd_reading.READING_RULE: fewer parameters within the tolerance, else the text's (softmax only).
 
     PRESETS = typing_protocol.presets({"smoke": SMOKE, "default": DEFAULT, "paper": dict(personal_epochs=5)})
 
@@ -101,10 +108,11 @@ def first_samples(samples: Samples, n: int) -> Samples:
     return Samples(s.inputs[:end], s.labels[:end], s.offsets[: n + 1], s.n_context[:n], s.word_len[:n], s.target[:n])
 
 
-def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print):
-    """SVD layer compression of every seed's global model at the rank the rule chooses on held-out
-    global text, then re-training on the crowd (Sec. 5.1); and the rule's sweep."""
-    return svd_rank.compress(params, corpus, models, log)
+def compress_global(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> svd_reading.Readings:
+    """SVD layer compression of every seed's global model under both readings, at the ranks the
+    rule chooses per matrix on held-out global text, re-trained on the crowd (Sec. 5.1); the
+    sweeps and the reading the main rows use (`svd_reading.READING_RULE`)."""
+    return svd_reading.compress(params, corpus, models, log)
 
 
 class Personal:
@@ -157,6 +165,18 @@ def personalize(params: Params, corpus: Corpus, models: GlobalModels, compressed
     return rows
 
 
+def other_reading(params: Params, corpus: Corpus, models: GlobalModels, readings: svd_reading.Readings, log=print):
+    """The SVD and combined variants from the other reading's compressed models (the sensitivity
+    rows), every seed and chosen test user, as `personalize` runs them."""
+    personal, rows = Personal(params, corpus, models, readings.compressed[readings.other]), []
+    for seed in params.seed_list:
+        for user in params.chosen_users(corpus):
+            train, test = params.personal_data(corpus, user)
+            rows += [personal.run(v, seed, user, train, test) | {"svd_reading": readings.other} for v in SVD_VARIANTS]
+    log(f"{readings.other}: {len(rows)} sensitivity runs")
+    return rows
+
+
 def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: svd_retrain.Compressed, log=print):
     """`parity.parity_table` of each of `tflite_variants` (first test user and seed): copies train,
     from their own stream, so no result changes."""
@@ -176,12 +196,17 @@ def on_device(params: Params, corpus: Corpus, models: GlobalModels, compressed: 
     return table[["variant", *table.columns[:-1]]], files
 
 
-def runs_table(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows)
+def runs_table(rows: list[dict], reading: str = "") -> pd.DataFrame:
+    """The runs; with `reading`, the SVD variants' rows name it (`svd_reading`)."""
+    runs = pd.DataFrame(rows)
+    if reading:
+        runs["svd_reading"] = np.where(runs.variant.isin(SVD_VARIANTS), reading, "")
+    return runs
 
 
-def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, files, wall_time_s) -> record.Result:
-    runs = runs_table(rows)
+def conclude(params, corpus, models, readings, rows, other_rows, on_device_table, files, wall_time_s) -> record.Result:
+    """Tables, headline, effects and diagnoses (`readings`: `compress_global`; `other_rows`: `other_reading`)."""
+    runs, compressed, sweep = runs_table(rows, readings.main), readings.chosen, readings.sweep
     t2, base_eff, base_size = table2(runs), median(runs, "baseline", "top_k_eff"), median(runs, "baseline", "size_mb")
     per_seed = {"top-k-eff, personal model (baseline)": base_eff}
     per_seed["top-k-eff change, all combined"] = median(runs, "combined", "top_k_eff") / base_eff - 1
@@ -198,10 +223,12 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     measured |= {f"{n} costs top-k-eff": (eff("baseline"), eff(v)) for v, n in SIZE_CLAIMS.items()}
     rng, epoch = (lambda name: streams.rng(params.seed, name)), (lambda v: wide(runs, v, "epoch_time_seconds"))
     models.model.set_weights(models.weights[params.seed])
-    causes = t2m.causes(runs, t2m.softmax_share(models.model), sweep)
+    causes = t2m.causes(runs, t2m.softmax_share(models.model), readings.table)
     shape = dict(words_in=corpus.vocab.input_size, words_out=corpus.vocab.size, embedding=params.embedding_dim)
-    sizes = t2m.size_table(runs, shape | dict(hidden=params.hidden_units, layers=params.lstm_layers), compressed.rank)
-    why = t2m.diagnoses(causes, sweep, sizes, runs)
+    shape |= dict(hidden=params.hidden_units, layers=params.lstm_layers)
+    e_rank = svd_rank.chosen_rank(readings.embedding_sweep)
+    sizes = t2m.size_table(runs, shape, compressed.rank, e_rank)
+    why = t2m.diagnoses(causes, readings.table, sizes, runs)
     ours[t2m.USED_WORDS] = float(np.median(runs[runs.variant == "vocab"].output_words))
     c.effects(measured, rng("bootstrap"), n_boot=params.bootstrap, diagnoses=why)
     c.paper_vs_ours(ours)
@@ -209,17 +236,24 @@ def conclude(params, corpus, models, compressed, sweep, rows, on_device_table, f
     timing_effects = claims.effects_table(PAPER_TIME, timing, rng("bootstrap/time"), n_boot=params.bootstrap)
     tables = dict(data=corpus.table(), runs=runs, table2=t2, bucketing=bucketing_table(runs))
     tables.update(training=pd.concat([models.history(), compressed.history()]), global_model_cache=models.cache())
-    tables.update(svd_model_cache=compressed.cache(), svd_rank_sweep=sweep, causes=t2m.causes_table(causes))
+    tables.update(svd_model_cache=pd.concat([c.cache().assign(reading=r) for r, c in readings.compressed.items()]))
+    tables.update(svd_rank_sweep=sweep, svd_embedding_rank_sweep=readings.embedding_sweep)
+    tables.update(svd_readings=t2m.reading_sensitivity(runs, runs_table(other_rows), readings.table))
+    tables["causes"] = t2m.causes_table(causes)
     tables["model_size_arithmetic"] = sizes
     tables["timing_effects"] = timing_effects.rename(columns=_TIMING_COLUMNS)
     if on_device_table is not None:
         tables["on_device"] = on_device_table
     notes = dict(vocabulary_size=corpus.vocab.size, svd_rank=compressed.rank, split_digest=corpus.split.digest)
-    notes["svd_rank_rule"] = f"{svd_rank.RULE}; tolerance {params.svd_rank_tolerance:g}"
+    notes["svd_rank_rule"] = f"{svd_rank.RULE}; tolerance {params.svd_rank_tolerance:g}; per matrix"
+    notes.update(svd_reading=readings.main, svd_embedding_rank=compressed.embedding_rank)
+    notes["svd_reading_rule"] = svd_reading.READING_RULE
     notes.update(test_users=params.chosen_users(corpus), seeds=params.seed_list)
     notes.update(personal_learning_rate=params.personal_learning_rate, global_models_from_cache=models.from_cache)
     notes["time_ratio_to_baseline (volatile)"] = dict(zip(t2.variant, t2.time_ratio_to_baseline))
-    notes["svd_models_from_cache"] = {s: e.hit for s, e in compressed.entries.items()}
+    notes["svd_models_from_cache"] = {
+        f"{r}/{s}": e.hit for r, c in readings.compressed.items() for s, e in c.entries.items()
+    }
     data, artifacts = [corpus.manifest.summary()], {"split.json": corpus.split.to_dict()}
     return c.result(tables, data, corpus.manifest.stand_in_for, wall_time_s, files, artifacts, **notes)
 
@@ -228,7 +262,8 @@ def run(params: Params, speeches=None, log=print) -> record.Result:
     start = time.perf_counter()
     corpus = load_corpus(params, speeches, log)
     models = train_global(params, corpus, log)
-    compressed, sweep = compress_global(params, corpus, models, log)
-    rows = personalize(params, corpus, models, compressed, log)
-    table, files = on_device(params, corpus, models, compressed, log)
-    return conclude(params, corpus, models, compressed, sweep, rows, table, files, time.perf_counter() - start)
+    readings = compress_global(params, corpus, models, log)
+    rows = personalize(params, corpus, models, readings.chosen, log)
+    other_rows = other_reading(params, corpus, models, readings, log)
+    table, files = on_device(params, corpus, models, readings.chosen, log)
+    return conclude(params, corpus, models, readings, rows, other_rows, table, files, time.perf_counter() - start)

@@ -62,15 +62,22 @@ def sweep(params, corpus, models, log=print) -> pd.DataFrame:
             continue
         entry = svd_retrain.retrain_seed(models, params, corpus, params.seed, int(rank), log)
         retrained.append(svd_retrain.kept_loss(entry))
-    limit = reference * (1 + params.svd_rank_tolerance)
     table["retrained_holdout_loss"] = retrained
+    table = judge(table, reference, params.svd_rank_tolerance, params.hidden_units)
+    log(f"SVD rank rule ({RULE}, tolerance {params.svd_rank_tolerance:g}): t = {chosen_rank(table)}")
+    return table
+
+
+def judge(table: pd.DataFrame, reference: float, tolerance: float, full: int) -> pd.DataFrame:
+    """The rule on one matrix's sweep (`rank`, `retrained_holdout_loss`; `full`: its full rank):
+    adds the reference loss, the limit, `within_tolerance` and the `chosen` rank."""
+    limit = reference * (1 + tolerance)
     table["unfactored_holdout_loss"], table["limit"] = reference, limit
     table["within_tolerance"] = table.retrained_holdout_loss <= limit
-    below = table[table["rank"] < params.hidden_units]
+    below = table[table["rank"] < full]
     passing = below[below.within_tolerance]
     chosen = int(passing["rank"].min()) if len(passing) else int(below["rank"].max())
     table["chosen"] = table["rank"] == chosen
-    log(f"SVD rank rule ({RULE}, tolerance {params.svd_rank_tolerance:g}): t = {chosen}")
     return table
 
 
