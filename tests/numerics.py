@@ -37,6 +37,14 @@ def float32_deep_tolerance(terms: int, magnitude: float, safety: float = 10.0) -
     return safety * float(np.sqrt(terms)) * EPS * float(magnitude)
 
 
+def update_tolerance(desired, start, terms: int) -> float:
+    """How far two float32 trainings' moves from `start` may differ: the typical rounding of the
+    chained sums (`float32_deep_tolerance`: the worst case over thousands of steps' terms would not
+    catch a wrong learning rate), on the largest move, plus 4 ulp of the largest weight."""
+    move = float(np.abs(np.asarray(desired) - start).max(initial=0.0))
+    return float32_deep_tolerance(terms, move) + 4 * EPS * float(np.abs(start).max(initial=0.0))
+
+
 def assert_close_float32(
     actual, desired, terms: int, layers: int = 1, magnitude: float | None = None, deep: bool = False, err_msg=""
 ):

@@ -5,16 +5,17 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from numerics import assert_same_update, float32_sum_tolerance, lstm_terms
+from numerics import assert_same_update, float32_sum_tolerance, lstm_terms, update_tolerance
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
-from ondevice.papers.autlearn.techniques.fedavg import average, fedavg
+from ondevice.papers.autlearn.techniques.fedavg import average, clients_alone, clients_together, fedavg
 from ondevice.params import ParameterError
 from ondevice.tasks import Signature, Task
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask
+from ondevice.training.bucketing import equal_length_batches
 from ondevice.training.trainer import Plateau, Trainer
 
 
@@ -90,6 +91,52 @@ def test_fedavg_weights_clients_by_their_examples():
             batch_size=4,
             seed=0,
         )
+
+
+LINES = (
+    "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer the slings and "
+    "arrows. Or to take arms against a sea of troubles, and by opposing end them. To die, to sleep, no more. "
+) * 3
+LOCAL, BATCH = 1, 4
+
+
+def test_lstm_clients_of_a_fedavg_round_together_match_the_clients_one_at_a_time():
+    """AutLearn's LSTM clients (every layer, SGD, equal-length buckets, loss per position) of unequal
+    sizes (20, 9 and 23 equal-length batches an epoch): each client's weights and the round's average with the
+    clients in one `ManyUsers` (`fedavg_together`) against the per-client
+    trainer, within the float32 rounding of the steps' chained sums (`numerics.update_tolerance`);
+    a 1% other client rate lies outside it."""
+    sents = sentences(LINES)
+    vocab = Vocabulary.from_sentences(sents, 30)
+    clients = {f"c{i}": build_samples(sents[a:b], vocab, 3) for i, (a, b) in enumerate(((0, 6), (2, 4), (5, 12)))}
+    model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 8, 12), seed=3)
+    start, params, picked = model.get_weights(), exp.Params.for_scale("smoke", fedavg_together=True), sorted(clients)
+    assert fedavg_baseline.clients_together(params, "image", model, 0.1, 3) is None  # the MobileNet: one at a time
+    assert fedavg_baseline.clients_together(exp.Params.for_scale("smoke"), "text", model, 0.1, 3) is None
+    trainer = fedavg_baseline.client_trainer(params, "text", model, 1.0)
+    many = fedavg_baseline.clients_together(params, "text", model, 1.0, len(clients))
+    rngs = lambda: [np.random.default_rng(k) for k in range(len(picked))]  # noqa: E731
+    alone, alone_loss = clients_alone(trainer, start, clients, picked, LOCAL, BATCH, rngs())
+    got, got_loss = clients_together(many, start, clients, picked, LOCAL, BATCH, rngs())
+    longest = max(int(c.lengths.max()) for c in clients.values())
+    per_step = lstm_terms(longest, 8, 12) + 13 + vocab.size + BATCH * longest  # as tests/test_many_users.py
+    steps = [LOCAL * len(equal_length_batches(clients[c].lengths, BATCH, None)) for c in picked]
+    assert steps == [20, 9, 23]
+    tolerances = [[update_tolerance(w, s, per_step * n) for w, s in zip(ws, start)] for ws, n in zip(alone, steps)]
+    for k, (g, w, atol) in enumerate(zip(got, alone, tolerances)):
+        for a, b, s, t in zip(g, w, start, atol):
+            np.testing.assert_allclose(a - s, b - s, rtol=0, atol=t, err_msg=f"client {k}")
+    np.testing.assert_allclose(got_loss, alone_loss, rtol=1e-4)
+    # the round: the example-weighted average errs by at most its clients' largest error (+1 ulp for the cast)
+    fed = [fedavg(trainer, start, clients, 1, 3, LOCAL, BATCH, seed=0, together=t)[0] for t in (None, many)]
+    for i, (a, b) in enumerate(zip(*fed)):
+        atol = max(t[i] for t in tolerances) + np.finfo(np.float32).eps * float(np.abs(b).max())
+        np.testing.assert_allclose(a, b, rtol=0, atol=atol)
+    # control: another client rate (1% off) moves a client's weights by more than the tolerance
+    other, _ = clients_alone(
+        fedavg_baseline.client_trainer(params, "text", model, 0.99), start, clients, picked, LOCAL, BATCH, rngs()
+    )
+    assert any(np.abs(a - b).max() > t for ws, os_, ts in zip(alone, other, tolerances) for a, b, t in zip(ws, os_, ts))
 
 
 def test_paper_claims_follow_the_papers_direction():

@@ -8,7 +8,7 @@ import pytest
 
 from ondevice.data import per_user_text
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.deeptype import common
+from ondevice.papers.deeptype import common, planted
 from ondevice.papers.deeptype.experiments import deeptype_online as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
@@ -122,3 +122,41 @@ def test_bad_parameters_are_named():
         exp.Params.for_scale("smoke", online_training="sometimes")
     with pytest.raises(ParameterError, match="last_fraction"):
         exp.Params.for_scale("smoke", last_fraction=1.0)
+
+
+@pytest.fixture(scope="module")
+def result(speeches, tmp_path_factory):
+    """The whole run at smoke, on a small global text (both starts, the planted control)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models-run")))
+        params = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, personal_learning_rate=0.5)
+        return params, exp.run(params, speeches, log=lambda _: None)
+
+
+def test_the_public_start_is_judged_and_the_crowd_start_stands_beside_it(result):
+    params, r = result
+    every, users = r.tables["users_every_start"], r.tables["users"]
+    assert set(every.global_text) == {"sent140", "crowd"} and set(users.condition) == {"global", "online", exp.ALSO}
+    main = every[every.global_text == "sent140"].drop(columns="global_text").reset_index(drop=True)
+    pd.testing.assert_frame_equal(main, users.reset_index(drop=True))  # the judged rows are the public start's
+    assert set(every[every.global_text == "crowd"].condition) == {"global", "online"}
+    assert r.tables["starts"].global_text.tolist() == ["sent140", "crowd"]
+    assert set(r.tables["global_model_cache"].global_text) == {"sent140", "crowd"}
+    gains = r.tables["start_gains"]
+    assert len(gains) == 2 * len(exp.PARTS) and gains.verdict.isin(["holds", "does not hold", "within noise"]).all()
+
+
+def test_the_planted_control_runs_the_emulation_at_every_dose(result):
+    params, r = result
+    curve, per_user = r.tables["planted_curve"], r.tables["planted"]
+    assert curve.dose.tolist() == sorted(params.planted_doses) and (curve.users == params.test_users).all()
+    assert len(per_user) == len(params.planted_doses) * params.test_users * params.seeds
+    users = r.tables["users"]
+    online = users[users.condition == "online"].set_index("user").top_k_eff_stream.sort_index()
+    dose0 = per_user[per_user.dose == 0].set_index("user").top_k_eff.sort_index()
+    assert np.allclose(online, dose0)  # dose 0 is the main rows
+    assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
+    verdict = r.tables["planted_verdict"].iloc[0]
+    assert verdict.passes == planted.verdict(curve, params.planted_dose_star)[0]
+    # a fully planted user's frequent words are the habit's: the global model, which never saw them, loses
+    assert curve.set_index("dose").top_k_eff_global[1.0] < curve.set_index("dose").top_k_eff_global[0.0]

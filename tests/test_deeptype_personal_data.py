@@ -1,12 +1,13 @@
 """D4 at smoke scale (one seed): the rows of every condition, the nested personal data, the
-shared global model, and that personal training with and without the dynamic vocabulary starts
-from the same global weights and sees the same batches."""
+public (Sent140) start beside the shared crowd model, that personal training with and without the
+dynamic vocabulary starts from the same global weights and sees the same batches, and the planted
+control's tables at both sizes."""
 
 import numpy as np
 import pytest
 
 from ondevice.data import per_user_text
-from ondevice.papers.deeptype import common, protocol
+from ondevice.papers.deeptype import common, personal_sizes, planted, protocol
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
 from ondevice.params import ParameterError
 from ondevice.tasks import typing_protocol
@@ -36,11 +37,13 @@ def run(speeches, tmp_path_factory):
         plain = Shared.for_scale("smoke", seeds=1)
         corpus = per_user_text.load_corpus(plain, speeches, log=lambda _: None)
         shared = common.train_global(plain, corpus, log=lambda _: None)
-    return params, result, calls, shared, corpus
+        public = per_user_text.load_corpus(plain, speeches, log=lambda _: None, global_text="sent140")
+        public_models = common.train_global(plain, public, log=lambda _: None)
+    return params, result, calls, shared, corpus, (public, public_models)
 
 
 def test_one_row_per_user_and_condition_with_nested_personal_data(run):
-    params, result, _, _, corpus = run
+    params, result, _, _, corpus, _ = run
     users = result.tables["users"]
     expected = {"G-M"} | {exp.condition(f, d) for f in params.data_fractions for d in (True, False)}
     assert set(users.condition) == expected | {f"P-M {f}{exp.ALSO}" for f in ("50%", "100%")}
@@ -56,7 +59,7 @@ def test_one_row_per_user_and_condition_with_nested_personal_data(run):
 
 
 def test_oov_shares_before_and_after_the_swap(run):
-    _, result, _, _, _ = run
+    _, result, _, _, _, _ = run
     users = result.tables["users"]
     off, on = users[~users.dynamic_vocab], users[users.dynamic_vocab]
     assert (off.test_oov == off.test_oov_global_vocab).all() and (off.added_words == 0).all()
@@ -71,19 +74,33 @@ def test_oov_shares_before_and_after_the_swap(run):
     assert reach.used.sum() == len(result.params["data_fractions"])
 
 
-def test_global_model_is_the_shared_one(run):
-    _, result, _, shared, _ = run
-    assert all(shared.from_cache.values())
-    entry = shared.entries[0]
-    assert result.tables["global_model_cache"].key.iloc[0] == entry.key[:16]
+def test_the_public_start_is_main_and_the_crowd_start_is_the_shared_model(run):
+    _, result, _, shared, _, (_, public_models) = run
+    assert all(shared.from_cache.values()) and all(public_models.from_cache.values())
+    cache = result.tables["global_model_cache"].set_index("global_text").key
+    assert cache["crowd"] == shared.entries[0].key[:16] and cache["sent140"] == public_models.entries[0].key[:16]
+    assert result.tables["starts"].global_text.tolist() == ["sent140", "crowd"]
+    gains = result.tables["start_gains"]
+    assert set(gains.global_text) == {"sent140", "crowd"} and len(gains) == 2 * len(exp.PAPER.effects)
+    every = result.tables["users_every_start"]
+    main = every[every.global_text == "sent140"].drop(columns="global_text").reset_index(drop=True)
+    assert main.top_k_eff.tolist() == result.tables["users"].top_k_eff.tolist()  # the main rows are the public start's
+    crowd = every[every.global_text == "crowd"]
+    assert not crowd.condition.str.endswith(exp.ALSO).any()  # the validation choice from the main start only
+
+
+def _same(weights, model_weights) -> bool:
+    return all(np.array_equal(a, b) for a, b in zip(weights, model_weights))
 
 
 def test_training_starts_from_the_global_weights_with_the_same_batches(run):
-    params, _, calls, shared, _ = run
-    paper = [c for c in calls if c["params"] is params]  # the protocol's epochs and batch size are the personal fields
-    assert len(paper) == 2 * len(params.data_fractions) * params.test_users
-    for call in calls:
-        assert all(np.array_equal(a, b) for a, b in zip(call["weights"], shared.weights[0]))
+    params, _, calls, shared, _, (_, public_models) = run
+    n = 2 * len(params.data_fractions) * params.test_users
+    paper = [c for c in calls if c["params"] is params][:n]  # the main start's, before the planted control's
+    crowd = [c for c in calls if c["params"].also_optimizer == ""]
+    assert len(crowd) == n and all(_same(c["weights"], shared.weights[0]) for c in crowd)
+    others = [c for c in calls if all(c is not k for k in crowd)]
+    assert others and all(_same(c["weights"], public_models.weights[0]) for c in others)
     for without, with_ in zip(paper[::2], paper[1::2]):  # P-M* then P-M of one user and data size
         assert without["rng"] == with_["rng"]
         assert np.array_equal(without["data"].offsets, with_["data"].offsets)
@@ -92,7 +109,7 @@ def test_training_starts_from_the_global_weights_with_the_same_batches(run):
 
 
 def test_effects_and_paper_table(run):
-    _, result, _, _, _ = run
+    _, result, _, _, _, _ = run
     effects = result.tables["effects"]
     assert len(effects) == 3 and set(effects.verdict) <= {"holds", "does not hold", "within noise"}
     assert ((effects["ci low"] <= effects["our change"]) & (effects["our change"] <= effects["ci high"])).all()
@@ -109,7 +126,7 @@ def test_bad_parameters_fail_clearly():
 
 
 def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_its_effects(run):
-    params, result, calls, _, _ = run
+    params, result, calls, _, _, _ = run
     also = [c["params"] for c in calls if c["params"].personal_optimizer == params.also_optimizer]
     assert len(also) == 2 * len(result.tables["users"].user.unique())  # P-M 50% and 100% of every user, again
     assert {c.personal_learning_rate for c in also} == {params.also_learning_rate}
@@ -118,3 +135,28 @@ def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_i
     assert set(notes) == {e.claim for e in exp.PAPER.effects if "dynamic" not in e.claim}
     assert all(n.text.startswith("with the validation users' choice (adam 0.0003): ") for n in notes.values())
     assert {n.section for n in notes.values()} == {exp.SECTION}
+
+
+def test_planted_control_at_both_sizes(run):
+    """Dose 0 is the main rows; each planted dose personalizes every test user at 50% and 100%, and the
+    rule is judged on the 100% curve; the planted rows at dose 0 would be the main rows themselves."""
+    params, result, calls, _, _, (public, public_models) = run
+    per_user, curve = result.tables["planted"], result.tables["planted_curve"]
+    positive = [d for d in params.planted_doses if d > 0]
+    planted_calls = [c for c in calls if c["params"] is params][2 * len(params.data_fractions) * params.test_users :]
+    assert len(planted_calls) == len(positive) * len(personal_sizes.PLANTED_SIZES) * params.test_users
+    assert curve.dose.tolist() == sorted(params.planted_doses) and (curve.users == params.test_users).all()
+    by_size = result.tables["planted_curve_by_size"]
+    assert sorted(set(by_size.data_fraction)) == [0.5, 1.0] and len(by_size) == 2 * len(params.planted_doses)
+    assert by_size[by_size.data_fraction == 1.0].gain.tolist() == curve.gain.tolist()
+    assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
+    verdict = result.tables["planted_verdict"].iloc[0]
+    assert verdict.passes == planted.verdict(curve, params.planted_dose_star)[0] and "dose 0.5" in verdict.text
+    users = result.tables["users"]
+    main = per_user[per_user.dose == 0].set_index(["data_fraction", "user"]).top_k_eff
+    for f in personal_sizes.PLANTED_SIZES:  # dose 0 is P-M* of the main rows
+        ours = users[users.condition == exp.condition(f, False)].set_index("user").top_k_eff
+        assert np.allclose(main.loc[f].sort_index(), ours.sort_index())
+    again = personal_sizes._planted_rows(params, public_models, public, 0.0, lambda _: None)  # the same protocol
+    got = {(r["data_fraction"], r["user"]): r["top_k_eff"] for r in again}
+    assert np.allclose([got[k] for k in main.index], main.to_numpy(), atol=1e-6)

@@ -5,7 +5,7 @@ DeepType LSTM, users with unequal data, one stopping early."""
 import numpy as np
 import pytest
 
-from numerics import EPS, float32_deep_tolerance, lstm_terms
+from numerics import float32_deep_tolerance, lstm_terms, update_tolerance
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
 from ondevice.tasks.next_word import NextWordTask
@@ -37,14 +37,6 @@ def step_terms(vocab, users) -> int:
     over the batch's positions."""
     longest = max(int(u.lengths.max()) for u in users)
     return lstm_terms(longest, 8, 12) + 13 + vocab.size + BATCH * longest
-
-
-def update_tolerance(desired, start, terms: int) -> float:
-    """How far two float32 trainings' moves from `start` may differ: the typical rounding of the
-    chained sums (`float32_deep_tolerance`: the worst case over thousands of steps' terms would not
-    catch a wrong learning rate), on the largest move, plus 4 ulp of the largest weight."""
-    move = float(np.abs(np.asarray(desired) - start).max(initial=0.0))
-    return float32_deep_tolerance(terms, move) + 4 * EPS * float(np.abs(start).max(initial=0.0))
 
 
 def one_at_a_time(model, task, start, users, rate, optimizer, hooks=(), **fit):

@@ -5,22 +5,53 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from ondevice.report.progress import Progress, cells_done, recorded, seconds_left
+from ondevice.report.progress import PACE_BASIS_S, Progress, cells_done, pace, recorded, seconds_left
+
+# results/default/timings.csv as the default run of 6602817 recorded it, two notebooks' rows
+REAL = '''notebook,cell,stage,seconds
+autlearn_accuracy,1,"scale = ""default""  # smoke | default | paper",0.019702
+autlearn_accuracy,2,"scale = ""default""",0.005971
+autlearn_accuracy,3,import time,2.267033
+autlearn_accuracy,6,load,2.827589
+autlearn_accuracy,8,pretrain,837.666456
+autlearn_accuracy,10,choose_rates,105.442809
+autlearn_accuracy,12,text_methods,1475.652345
+autlearn_accuracy,14,image_methods,2342.640334
+autlearn_accuracy,16,on_device,19.638702
+autlearn_accuracy,18,users_table,1.08162
+autlearn_accuracy,20,"figures[""training""] = report.plot_training(training)",0.433188
+autlearn_accuracy,23,conclude,0.230633
+autlearn_accuracy,25,"result.tables[""fedavg_ablation""].round(4)",0.105509
+autlearn_accuracy,27,"saved = result.save(record.default_out_dir(exp.NAME, out_dir",0.902974
+deeptype_online_latency,1,"scale = ""default""  # smoke | default | paper",0.008704
+deeptype_online_latency,2,"scale = ""default""",0.003937
+deeptype_online_latency,3,import time,1.862184
+deeptype_online_latency,5,load_corpus,1.674427
+deeptype_online_latency,7,correctness,12.290242
+deeptype_online_latency,9,latency,16.494945
+deeptype_online_latency,11,work_per_user,0.307608
+deeptype_online_latency,13,conclude,0.153213
+deeptype_online_latency,15,"result.tables[""cost_readings""].round(3)",0.010145
+deeptype_online_latency,17,"saved = result.save(record.default_out_dir(exp.NAME, out_dir",0.298267
+'''
 
 
 def _timings(scale_dir, rows):
     pd.DataFrame(rows, columns=["notebook", "cell", "stage", "seconds"]).to_csv(scale_dir / "timings.csv", index=False)
 
 
-def _staged(scale_dir, name, statuses, start=None):
-    """A half-executed copy as papermill leaves it: one status per code cell."""
+def _staged(scale_dir, name, statuses, start=None, durations=None, folder=None):
+    """A half-executed copy as papermill leaves it: one status per cell, `durations` {cell: seconds}
+    of finished ones (`folder`: where, else a staging directory)."""
     cells = []
-    for status in statuses:
+    for index, status in enumerate(statuses):
         meta = {"status": status}
         if status == "running":
             meta["start_time"] = start.isoformat()
+        if status == "completed" and index in (durations or {}):
+            meta["duration"] = durations[index]
         cells.append({"cell_type": "code", "metadata": {"papermill": meta}, "source": ""})
-    staging = scale_dir / f".staging-{name}-123"
+    staging = scale_dir / (folder or f".staging-{name}-123")
     staging.mkdir()
     (staging / f"{name}.ipynb").write_text(json.dumps({"cells": cells}))
     return staging / f"{name}.ipynb"
@@ -29,9 +60,11 @@ def _staged(scale_dir, name, statuses, start=None):
 def test_time_left_counts_unfinished_cells_less_the_running_cells_elapsed_time(tmp_path):
     _timings(tmp_path, [("a", 0, "x", 10.0), ("a", 1, "y", 100.0), ("a", 2, "z", 50.0)])
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    copy = _staged(tmp_path, "a", ["completed", "running", "pending"], start=now - timedelta(seconds=30))
+    copy = _staged(
+        tmp_path, "a", ["completed", "running", "pending"], start=now - timedelta(seconds=30), durations={0: 12}
+    )
     finished, running_for = cells_done(copy, now=now)
-    assert finished == {0} and running_for == 30.0
+    assert finished == {0: 12.0} and running_for == 30.0
     assert seconds_left(recorded(tmp_path)["a"], (finished, running_for)) == 120.0  # 100 + 50 - 30
     # a running cell past its recorded time leaves no negative estimate
     assert seconds_left({0: 5.0}, (set(), 60.0)) == 0.0
@@ -55,3 +88,50 @@ def test_half_written_copy_and_missing_timings_give_no_estimate_rather_than_an_e
     assert recorded(tmp_path) == {}
     assert seconds_left(None, None) is None
     assert "no estimate" in Progress(tmp_path, [], ["x"], at_once=1).line()
+
+
+def test_plan_lists_each_notebooks_recorded_time_from_a_real_timings_table(tmp_path):
+    (tmp_path / "timings.csv").write_text(REAL)
+    progress = Progress(tmp_path, ["autlearn_accuracy", "colla"], ["deeptype_online_latency"], at_once=2)
+    plan = progress.plan()
+    assert "autlearn_accuracy" in plan[0] and "79.8 min recorded (2 at a time)" in plan[0]  # 4,788.9 s
+    assert "colla" in plan[1] and "no record" in plan[1]
+    assert "0.6 min recorded (alone, afterwards)" in plan[2]  # 33.1 s
+    # 4788.9 / 2 lanes + 33.1 s = 40.5 min; colla has no estimate and is said so
+    assert "about 40.5 min in all" in plan[3] and "not counting 1 with no recorded time" in plan[3]
+    alone = Progress(tmp_path, [], ["deeptype_online_latency", "colla"], at_once=1).plan()
+    assert "0.6 min recorded (alone)" in alone[0] and "about 0.6 min in all" in alone[2]
+    unknown = Progress(tmp_path, [], ["colla"], at_once=1).plan()
+    assert unknown[1] == f"[progress] plan: no estimate: no recorded time in {tmp_path.name}/timings.csv"
+
+
+def test_the_runs_pace_scales_what_is_left_once_enough_recorded_time_is_finished(tmp_path):
+    """autlearn_accuracy ran in this run at twice its recorded cell times; the line then counts
+    deeptype_online_latency's recorded 33.1 s as 66.2 s. Before enough recorded time is finished
+    (a few set-up cells), the recorded times stand."""
+    (tmp_path / "timings.csv").write_text(REAL)
+    cells = recorded(tmp_path)
+    ticks = iter([0.0, 600.0, 660.0])
+    progress = Progress(tmp_path, [], ["autlearn_accuracy", "deeptype_online_latency"], 1, clock=lambda: next(ticks))
+    first = progress.line()
+    assert "0/2 notebooks done, 10.0 min elapsed" in first and "about 80.4 min left" in first  # 4788.9 + 33.1 s
+    ran = cells["autlearn_accuracy"]
+    doubled = {c: 2 * s for c, s in ran.items()}  # cells between them: markdown, no duration
+    _staged(tmp_path, "autlearn_accuracy", ["completed"] * 28, durations=doubled, folder="autlearn_accuracy")
+    progress.finished("autlearn_accuracy", ran=True)
+    line = progress.line()
+    assert "1/2 notebooks done, 11.0 min elapsed" in line and "about 1.1 min left" in line  # 2 x 33.1 s
+    assert "recorded times x2.00, this run's pace over 14 finished cells" in line
+    # the set-up cells alone (under PACE_BASIS_S of recorded time) set no pace
+    setup = {c: cells["deeptype_online_latency"][c] for c in (1, 2, 3, 5)}
+    assert sum(setup.values()) < PACE_BASIS_S
+    assert pace(cells, {"deeptype_online_latency": {c: 10 * s for c, s in setup.items()}}) == (None, 4)
+    # a cell papermill gave no duration (NaN) counts for neither side
+    assert pace(cells, {"autlearn_accuracy": {8: float("nan"), 12: 2951.3}})[0] == 2951.3 / 1475.652345
+
+
+def test_a_notebook_skipped_or_failed_sets_no_pace(tmp_path):
+    (tmp_path / "timings.csv").write_text(REAL)
+    progress = Progress(tmp_path, ["autlearn_accuracy", "deeptype_online_latency"], [], at_once=1)
+    progress.finished("autlearn_accuracy")  # skipped: its copy (were it there) is an earlier run's
+    assert progress.ran == {} and "about 0.6 min left overall (recorded times," in progress.line()

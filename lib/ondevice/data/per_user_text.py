@@ -13,13 +13,16 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data import bible, manifests, shakespeare, user_text
+from ondevice.data import bible, manifests, sent140, shakespeare, user_text
 from ondevice.data.splits import SplitRule, UserSplit, group_of, make_split, split_history
 from ondevice.data.typing_samples import CHARS, UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.params import ParameterError
 
 DATASET = "shakespeare"
-GLOBAL_TEXTS = ("crowd", "bible")
+# Public global texts (data set -> its per-user messages): the Bible (far) and Sent140's tweets (the
+# paper's public Twitter corpus); "crowd" is the other users' own text.
+PUBLIC_TEXTS = {"bible": bible.messages, "sent140": sent140.messages}
+GLOBAL_TEXTS = ("crowd", *PUBLIC_TEXTS)
 
 
 @dataclass
@@ -184,7 +187,7 @@ def scaled_rule(rule: SplitRule, sizes: dict[str, int]) -> SplitRule:
 
 
 def load_corpus(params, speeches=None, log=print, global_text="crowd", max_words=None) -> Corpus:
-    """Read the users, split them, take the global text (the crowd's sentences, or the Bible's),
+    """Read the users, split them, take the global text (the crowd's sentences, or a public text's),
     hold part of it out, keep up to `max_words` of the rest (None: `crowd_max_words`; 0: all) and
     build the vocabulary from them. Depends on the data and `seed` only. `params` needs `corpus`,
     `seed`, `split_rule()`, `crowd_max_words`, `global_holdout_words`, `vocab_size` and
@@ -204,7 +207,7 @@ def load_corpus(params, speeches=None, log=print, global_text="crowd", max_words
     if global_text == "crowd":
         source, global_manifest = [s for u in split.crowd for s in users[u]], None
     else:
-        source, global_manifest = user_text.user_sentences(bible.messages()), manifests.load("bible")
+        source, global_manifest = user_text.user_sentences(PUBLIC_TEXTS[global_text]()), manifests.load(global_text)
         source = [s for sents in source.values() for s in sents]
     rng = streams.rng(params.seed, "crowd" if global_text == "crowd" else f"global/{global_text}")
     cap = params.crowd_max_words if max_words is None else max_words

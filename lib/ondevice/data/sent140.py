@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from . import leaf, manifests
+from .user_text import Message
 
 _MENTION_OR_URL = re.compile(r"@\w+|https?://\S+|www\.\S+")
 
@@ -60,3 +61,10 @@ def load(directory: str | Path = "") -> tuple[dict[str, list[str]], list[Path]]:
         for user, texts in read_file(f).items():
             users.setdefault(user, []).extend(texts)
     return users, files
+
+
+def messages(directory: str | Path = "") -> list[Message]:
+    """Every tweet without @mentions and links as per-user text (`load`'s users in name order, each
+    tweet's place in its user's list as the timestamp): DeepType's public Twitter corpus."""
+    users = load(directory)[0]
+    return [Message(u, float(i), clean(t)) for u in sorted(users) for i, t in enumerate(users[u])]

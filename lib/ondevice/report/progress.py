@@ -7,16 +7,24 @@ recorded time of its unfinished cells, less what the running cell has spent alre
 notebooks that run together share `at_once` lanes (their time left is divided by the lanes) and
 those that measure time run afterwards, alone. A notebook with no recorded time has no estimate,
 and the line says so rather than guessing.
+
+Before the run, `plan` lists each notebook's recorded time. This machine or this load may run
+faster or slower than the recorded run: once the cells this run finished have at least
+`PACE_BASIS_S` of recorded time, every estimate is scaled by their observed over recorded time.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+
+PACE_BASIS_S = 30.0  # recorded seconds of finished cells before their pace scales the estimates:
+# a few short set-up cells (imports vary by seconds with the disk cache) say little about the pace
 
 
 def recorded(scale_dir: Path) -> dict[str, dict[int, float]]:
@@ -34,19 +42,20 @@ def recorded(scale_dir: Path) -> dict[str, dict[int, float]]:
     }
 
 
-def cells_done(executed: Path, now: datetime | None = None) -> tuple[set[int], float] | None:
-    """The finished code cells of a notebook papermill is executing, and the seconds the running
-    cell has taken so far; None when the copy is missing or half-written (read it again later)."""
+def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[int, float], float] | None:
+    """The finished code cells of a notebook papermill executed or is executing (cell index ->
+    seconds, NaN when papermill gave none), and the seconds the running cell has taken so far;
+    None when the copy is missing or half-written (read it again later)."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8")).get("cells", [])
     except (OSError, ValueError):
         return None
     now = now or datetime.now(timezone.utc)
-    finished, running_for = set(), 0.0
+    finished, running_for = {}, 0.0
     for index, cell in enumerate(cells):
         meta = cell.get("metadata", {}).get("papermill", {})
         if meta.get("status") == "completed":
-            finished.add(index)
+            finished[index] = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
         elif meta.get("status") == "running" and meta.get("start_time"):
             try:
                 running_for = max(0.0, (now - datetime.fromisoformat(meta["start_time"])).total_seconds())
@@ -55,13 +64,28 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[set[int], f
     return finished, running_for
 
 
-def seconds_left(cells: dict[int, float] | None, progress: tuple[set[int], float] | None) -> float | None:
-    """A notebook's estimated seconds left: its unfinished cells' recorded time less the running
-    cell's elapsed time (never below zero); None without a recorded time."""
+def seconds_left(
+    cells: dict[int, float] | None, progress: tuple[dict, float] | None, pace: float = 1.0
+) -> float | None:
+    """A notebook's estimated seconds left: its unfinished cells' recorded time times `pace` less
+    the running cell's elapsed time (never below zero); None without a recorded time."""
     if not cells:
         return None
-    finished, running_for = progress or (set(), 0.0)
-    return max(0.0, sum(s for c, s in cells.items() if c not in finished) - running_for)
+    finished, running_for = progress or ({}, 0.0)
+    return max(0.0, pace * sum(s for c, s in cells.items() if c not in finished) - running_for)
+
+
+def pace(recorded_cells: dict[str, dict[int, float]], finished: dict[str, dict[int, float]]) -> tuple[float, int]:
+    """This run's observed over recorded seconds of the cells it finished that have both (None while
+    their recorded time is under PACE_BASIS_S), and how many cells that is."""
+    pairs = [
+        (seconds, recorded_cells[name][cell])
+        for name, cells in finished.items()
+        for cell, seconds in cells.items()
+        if cell in recorded_cells.get(name, {}) and seconds == seconds  # NaN: papermill gave no duration
+    ]
+    observed, basis = sum(o for o, _ in pairs), sum(r for _, r in pairs)
+    return (observed / basis if basis >= PACE_BASIS_S else None), len(pairs)
 
 
 def _minutes(seconds: float) -> str:
@@ -71,50 +95,81 @@ def _minutes(seconds: float) -> str:
 class Progress:
     """The run's state for progress lines: which notebooks are done, which run, what is left."""
 
-    def __init__(self, scale_dir: Path, together: list[str], alone: list[str], at_once: int):
-        self.scale_dir, self.at_once = scale_dir, max(1, at_once)
+    def __init__(self, scale_dir: Path, together: list[str], alone: list[str], at_once: int, clock=time.monotonic):
+        self.scale_dir, self.at_once, self.clock = scale_dir, max(1, at_once), clock
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
         self.done: set[str] = set()
+        self.ran: dict[str, dict[int, float]] = {}  # notebook this run completed -> its cells' seconds
+        self.began = clock()
 
-    def finished(self, name: str) -> None:
+    def plan(self) -> list[str]:
+        """Before the run: each notebook's recorded time ("no record" when it has none) and the total."""
+        source, lines = f"{self.scale_dir.name}/timings.csv", []
+        after = ", afterwards" if self.together else ""
+        for group, how in ((self.together, f"{self.at_once} at a time"), (self.alone, f"alone{after}")):
+            for name in group:
+                cells = self.cells.get(name)
+                recorded_s = f"{_minutes(sum(cells.values()))} recorded" if cells else "no record"
+                lines.append(f"[progress] plan: {name:<28} {recorded_s} ({how})")
+        total, unknown = self._total({n: seconds_left(self.cells.get(n), None) for n in self.together + self.alone})
+        if unknown == len(self.together) + len(self.alone):
+            return [*lines, f"[progress] plan: no estimate: no recorded time in {source}"]
+        return [*lines, f"[progress] plan: about {_minutes(total)} in all from {source}" + _unknown(unknown)]
+
+    def finished(self, name: str, ran: bool = False) -> None:
+        """`name` ended; with `ran`, this run completed it, and its cells' times set the pace."""
         self.done.add(name)
+        done = cells_done(self.scale_dir / name / f"{name}.ipynb") if ran else None
+        if done is not None:
+            self.ran[name] = done[0]
 
     def _staged(self, name: str) -> Path | None:
         copies = sorted(self.scale_dir.glob(f".staging-{name}-*/{name}.ipynb"), key=lambda p: p.stat().st_mtime)
         return copies[-1] if copies else None
 
-    def _left(self, name: str) -> tuple[float | None, bool]:
-        """(seconds left or None, whether it is running now)."""
-        staged = None if name in self.done else self._staged(name)
-        if name in self.done:
-            return 0.0, False
-        return seconds_left(self.cells.get(name), cells_done(staged) if staged else None), staged is not None
+    def _total(self, left: dict[str, float | None]) -> tuple[float, int]:
+        """The run's seconds left from each notebook's (together share the lanes; the timed ones
+        run after, alone), and how many notebooks have no estimate."""
+        known = lambda group: sum(left[n] for n in group if left.get(n) is not None)  # noqa: E731
+        unknown = sum(1 for n in self.together + self.alone if n in left and left[n] is None)
+        return known(self.together) / self.at_once + known(self.alone), unknown
 
     def line(self) -> str:
-        """One line: notebooks done, each running one's time left, and the run's time left."""
-        parts, unknown, total = [], [], 0.0
-        for group, lanes in ((self.together, self.at_once), (self.alone, 1)):
-            group_left = 0.0
-            for name in group:
-                left, running = self._left(name)
-                if left is None:
-                    unknown.append(name)
-                    if running:
-                        parts.append(f"{name} (no recorded time)")
-                    continue
-                group_left += left
-                if running:
-                    parts.append(f"{name} ~{_minutes(left)} left" if left > 0 else f"{name} past its recorded time")
-            total += group_left / (lanes if group is self.together else 1)
+        """One line: notebooks done, time elapsed, each running one's time left, the run's time left."""
+        running = {
+            n: cells_done(c) for n in self.together + self.alone if n not in self.done and (c := self._staged(n))
+        }
+        speed, cells = pace(self.cells, self.ran | {n: p[0] for n, p in running.items() if p is not None})
+        left = {
+            n: seconds_left(self.cells.get(n), running.get(n), speed or 1.0)
+            for n in self.together + self.alone
+            if n not in self.done
+        }
+        parts = []
+        for name in running:
+            if left[name] is None:
+                parts.append(f"{name} (no recorded time)")
+            else:
+                of = f" of {_minutes(sum(self.cells[name].values()))} recorded"
+                parts.append(
+                    f"{name} ~{_minutes(left[name])} left{of}" if left[name] > 0 else f"{name} past its recorded time"
+                )
         n = len(self.together) + len(self.alone)
-        text = f"[progress] {len(self.done)}/{n} notebooks done"
+        text = f"[progress] {len(self.done)}/{n} notebooks done, {_minutes(self.clock() - self.began)} elapsed"
         text += f"; running: {', '.join(parts)}" if parts else ""
-        if len(unknown) == n - len(self.done):
+        total, unknown = self._total(left)
+        if left and unknown == len(left):
             return text + f"; no estimate: no recorded time in {self.scale_dir.name}/timings.csv for what is left"
-        source = f"{self.scale_dir.name}/timings.csv"
-        text += f"; about {_minutes(total)} left overall (from the stage times recorded in {source})"
-        return text + (f", not counting {len(unknown)} with no recorded time" if unknown else "")
+        basis = (
+            f"recorded times x{speed:.2f}, this run's pace over {cells} finished cells" if speed else "recorded times"
+        )
+        text += f"; about {_minutes(total)} left overall ({basis}, {self.scale_dir.name}/timings.csv)"
+        return text + _unknown(unknown)
+
+
+def _unknown(count: int) -> str:
+    return f", not counting {count} with no recorded time" if count else ""
 
 
 class Ticker:

@@ -425,7 +425,7 @@ def main(argv=None) -> int:
     def done(notebook: Path, status: str) -> None:
         statuses[notebook.stem] = status
         if progress is not None:
-            progress.finished(notebook.stem)
+            progress.finished(notebook.stem, ran=status == "complete")
             print(progress.line(), flush=True)
         if status in ("complete", "skipped"):
             final, before = RESULTS / args.scale / notebook.stem, replaced[notebook.stem]
@@ -443,7 +443,7 @@ def main(argv=None) -> int:
             together = [nb for nb in notebooks if not at_once.measures_time(nb)]
             alone = [nb for nb in notebooks if at_once.measures_time(nb)]
         progress = Progress(RESULTS / args.scale, [n.stem for n in together], [n.stem for n in alone], args.at_once)
-        print(progress.line(), flush=True)
+        print("\n".join(progress.plan()), flush=True)
         with Ticker(progress, float(os.environ.get("ONDEVICE_PROGRESS_EVERY") or 60)):
             if together:
                 current = f"{len(together)} notebooks run {args.at_once} at a time"

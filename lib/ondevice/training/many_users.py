@@ -11,7 +11,8 @@ is its own: a user's result does not depend on who trained beside it (`tests/tes
 checks it against the per-user `trainer.Trainer`, which stays the step the exports run).
 
 Supported: DeepType's model (`models.lstm_lm`: embedding -> LSTM layers -> dense softmax, no
-dropout) with `NextWordTask`'s loss; `train_layers` trains only the named layers (`FineTune`).
+dropout) with `NextWordTask`'s loss; `train_layers` trains only the named layers (`FineTune`);
+`source` replaces the task's batches as a `Hook`'s `batches` does (e.g. `bucketing.EqualLength`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tf_keras as keras
 
 from ..data.typing_samples import PAD_ID
 from ..tasks.next_word import NextWordTask
+from .step import Hook
 from .trainer import History, Plateau
 
 BETA_1, BETA_2, ADAM_EPSILON = 0.9, 0.999, 1e-7  # Keras Adam's defaults, as `step.make_optimizer` uses them
@@ -148,6 +150,7 @@ class ManyUsers(tf.Module):
         optimizer: str = "sgd",
         clip_norm: float = 0.0,
         train_layers: Sequence[str] | None = None,
+        source: Hook | None = None,
     ):
         super().__init__()
         if not isinstance(task, NextWordTask):
@@ -157,6 +160,7 @@ class ManyUsers(tf.Module):
                 f"need optimizer sgd|adam, users >= 1, clip_norm >= 0; got {optimizer}, {users}, {clip_norm}"
             )
         self.model, self.task, self.users, self.learning_rate = model, task, users, learning_rate
+        self.source = source
         self.optimizer_name, self.clip_norm, self.kinds = optimizer, clip_norm, layer_kinds(model)
         names = [name for _, name, _ in self.kinds]
         unknown = set(train_layers or ()) - set(names)
@@ -186,6 +190,11 @@ class ManyUsers(tf.Module):
             v.assign(np.stack([np.asarray(user[i], v.dtype.as_numpy_dtype) for user in weight_sets]))
         for v in [*self.moments, *self.velocities, self.iterations]:
             v.assign(tf.zeros_like(v))
+
+    def batches(self, data, batch_size: int, rng) -> list:
+        """One epoch's batches of a user, drawn as `Trainer` draws them with `source` as its hook."""
+        drawn = self.source.batches(self.task, data, batch_size, rng) if self.source is not None else None
+        return list(drawn if drawn is not None else self.task.batches(data, batch_size, rng))
 
     def user_weights(self, k: int) -> list[np.ndarray]:
         return [v[k].numpy() for v in self.stacked]
@@ -377,7 +386,7 @@ class _Run:
                 user.done = True
                 break
             user.epoch, user.at, user.losses, user.seconds = user.epoch + 1, 0, [], 0.0
-            user.batches = list(self.many.task.batches(user.data, self.batch_size, user.rng))
+            user.batches = self.many.batches(user.data, self.batch_size, user.rng)
 
     def close_epoch(self, k: int, user: _User) -> None:
         row = {"epoch": user.epoch}

@@ -84,16 +84,18 @@ def converge_fedavg(
     stop: Plateau,
     evaluate_every: int = 0,
     log=None,
+    together=None,
 ):
     """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
     ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: about one
     epoch-equivalent, ceil(clients / (per_round x local)) rounds, so that a patience means as much
-    data as CloudTrain's epochs). Its curve: a row per round (held-out loss NaN between evaluations)."""
+    data as CloudTrain's epochs); `together`: a round's clients at once (`fedavg`'s). Its curve: a row
+    per round (held-out loss NaN between evaluations)."""
     total = sum(trainer.task.size(c) for c in clients.values())
     every = evaluate_every or math.ceil(len(clients) / (per_round * local))
     trainer.reset(start)
     first = _point(0, 0, total, np.nan, evaluate(trainer.model))
-    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every)
+    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every, together=together)
     _, rounds = fedavg(trainer, start, clients, cap, per_round, local, batch_size, seed, **rule)
     seen = np.cumsum([r["examples"] * local for r in rounds])
     points = [first] + [_point(r["round"], n, total, r["client_loss"], r) for r, n in zip(rounds, seen)]

@@ -31,6 +31,7 @@ from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
 from ondevice.training import selection
 from ondevice.training.bucketing import EqualLength
+from ondevice.training.many_users import ManyUsers
 from ondevice.training.trainer import Trainer
 
 SECTION = "FedAvg's known answer: IID clients reach CloudTrain's held-out loss"
@@ -69,14 +70,31 @@ def client_trainer(params, kind: str, model, learning_rate: float) -> Trainer:
     return Trainer(model, protocol.task(params, kind), learning_rate, "sgd", hooks=hooks)
 
 
+def clients_together(params, kind: str, model, learning_rate: float, clients: int) -> ManyUsers | None:
+    """A round's `clients` clients trained at once with `fedavg_together` (each as `client_trainer`
+    trains it alone, to float32 rounding); the LSTM only: `ManyUsers` batches embedding, LSTM and
+    dense layers, not the MobileNet's convolutions and batch normalisation.
+
+    Off in the presets: slower at the client batch of 64 (`bench_fedavg` at default, rounds of 4 of
+    the default users' sizes: x0.88 on one thread, as the notebook runs in `make reproduce`, x0.68 on
+    two). The softmax product, which `ManyUsers` runs client by client, is 88% of a client step's
+    FLOPs at default (96 x 10,000 per position against the LSTMs' 4 x 96 x 160 and 4 x 96 x 192), so
+    batching shares little, while together pads each step to the longest client batch and keeps
+    stepping the clients that finished their epoch, masked (552 client slots for 430 steps)."""
+    if not params.fedavg_together or kind != "text":
+        return None
+    return ManyUsers(model, protocol.task(params, kind), clients, learning_rate, "sgd", source=EqualLength())
+
+
 def train(params, kind: str, model, start, clients: dict, holdout, seed: int, local_epochs: int, rate: float, log):
     """FedAvg from `start` over `clients` to its plateau (the preset's rounds and clients per round);
     its curve, each point with the setting. The client draws follow `seed` and the kind only, so
     every client set and candidate is drawn alike."""
     (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
-    trainer = client_trainer(params, kind, model, rate)
-    fed = (rounds, min(per_round, len(clients)), local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
+    trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
+    fed = (rounds, per_round, local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
     rule = dict(evaluate=holdout, stop=params.plateau("FedAvg"), evaluate_every=params.fedavg_evaluate_every, log=log)
+    rule["together"] = clients_together(params, kind, model, rate, per_round)
     curve = cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)
     return [p | dict(local_epochs=local_epochs, client_rate=rate) for p in curve]
 

@@ -9,6 +9,7 @@ comes from this module's own streams ("planted/...") and changes no other number
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,24 @@ from ondevice.data.per_user_text import Corpus
 from ondevice.data.typing_samples import Vocabulary
 from ondevice.papers.deeptype import protocol
 from ondevice.report.conclusion import wide
+from ondevice.tasks.typing_protocol import DeepTypeParams
 
 SOURCE_POOL = 2  # targets are drawn from the vocabulary below the first SOURCE_POOL x planted_words words
+PRESETS = {"smoke": dict(planted_doses=(0.0, 0.5, 1.0))}  # an experiment's preset layer for `Fields`
+
+
+@dataclass(frozen=True)
+class Fields(DeepTypeParams):
+    """The control's fields and its rule, fixed before running (`verdict`), for the experiments that
+    derive from it (online training, personal data size)."""
+
+    planted_doses: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)  # shares of a user's lines with its habit
+    planted_dose_star: float = 0.5  # the gain's interval must lie above zero at this dose
+    planted_words: int = 20  # the most frequent words each user swaps for its own
+
+    def check(self) -> None:
+        super().check()
+        check(self)
 
 
 def check(params) -> None:
@@ -61,11 +78,10 @@ def planted(corpus: Corpus, dose: float, seed: int, n_words: int) -> Corpus:
     return dataclasses.replace(corpus, users=users)
 
 
-def gains(params, corpus: Corpus, models, schedule, dose: float, who: list[str], log=print) -> list[dict]:
-    """Per seed and user of `who` on the corpus planted at `dose`: the global model's top-k-eff and
-    the personalized model's (the main protocol: `schedule`, per-user stopping on held-out lines)."""
-    plant, rows = planted(corpus, dose, params.seed, params.planted_words), []
-    personal = protocol.Personal(params, models.model)
+def gains(params, plant: Corpus, models, schedule, dose: float, who: list[str], log=print) -> list[dict]:
+    """Per seed and user of `who` on `plant` (the corpus planted at `dose`): the global model's top-k-eff
+    and the personalized model's (the main protocol: `schedule`, per-user stopping on held-out lines)."""
+    rows, personal = [], protocol.Personal(params, models.model)
     for seed in params.seed_list:
         start = models.weights[seed]
         for user in who:
@@ -79,13 +95,21 @@ def gains(params, corpus: Corpus, models, schedule, dose: float, who: list[str],
     return rows
 
 
-def run(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> pd.DataFrame:
-    """Every dose's per-user rows on the test users; dose 0 is the main run's own rows (`main_rows`:
-    seed, user, top_k_eff_global, top_k_eff, kept_epoch), not run again."""
+def doses(params, corpus: Corpus, measure, main_rows: pd.DataFrame) -> pd.DataFrame:
+    """Every dose's per-user rows on the test users: dose 0 is the main run's own rows (`main_rows`:
+    seed, user, top_k_eff_global, top_k_eff), not run again; each other dose is `measure(plant, dose)`'s
+    rows (the same columns) on the corpus planted at that dose. Any experiment's protocol can be `measure`."""
     rows = [main_rows.assign(dose=0.0)]
     for dose in (d for d in params.planted_doses if d > 0):
-        rows.append(pd.DataFrame(gains(params, corpus, models, schedule, dose, corpus.split.test, log)))
+        plant = planted(corpus, dose, params.seed, params.planted_words)
+        rows.append(pd.DataFrame(measure(plant, dose)).assign(dose=dose))
     return pd.concat(rows, ignore_index=True)
+
+
+def run(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> pd.DataFrame:
+    """`doses` of the top-3-eff protocol (`gains`, per-user stopping at `schedule`'s rates)."""
+    measure = lambda plant, dose: gains(params, plant, models, schedule, dose, corpus.split.test, log)  # noqa: E731
+    return doses(params, corpus, measure, main_rows)
 
 
 def gain_in_points(after: np.ndarray, before: np.ndarray, rng, n_boot: int, level: float = 0.95) -> tuple:
@@ -101,7 +125,8 @@ def gain_in_points(after: np.ndarray, before: np.ndarray, rng, n_boot: int, leve
 
 def curve(rows: pd.DataFrame, params) -> pd.DataFrame:
     """Per dose: the median top-k-eff of the global and the personalized model, the gain from
-    personalization in points with its 95% interval, and the share of user runs that kept epoch 0."""
+    personalization in points with its 95% interval, and (with per-user stopping) the share of user
+    runs that kept epoch 0."""
     out = []
     for dose, d in rows.groupby("dose"):
         rng = streams.rng(params.seed, f"bootstrap/planted/{dose:g}")
@@ -113,7 +138,8 @@ def curve(rows: pd.DataFrame, params) -> pd.DataFrame:
         }
         out.append(
             {"dose": dose, "users": after.shape[1], **{f"top_k_eff_{k}": v for k, v in medians.items()}}
-            | {"gain": gain, "ci low": low, "ci high": high, "kept_epoch_0": float(np.mean(d.kept_epoch == 0))}
+            | {"gain": gain, "ci low": low, "ci high": high}
+            | ({"kept_epoch_0": float(np.mean(d.kept_epoch == 0))} if "kept_epoch" in d else {})
         )
     return pd.DataFrame(out)
 
@@ -141,9 +167,8 @@ def verdict(table: pd.DataFrame, dose_star: float) -> tuple[bool, str]:
     return passed, f"{head}. Gain from personalization, top-k-eff (absolute, median over users), per dose: {points}."
 
 
-def control(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> dict[str, pd.DataFrame]:
-    """The control's tables: per-user rows of every dose, the gain per dose, and the verdict."""
-    per_user = run(params, corpus, models, schedule, main_rows, log)
+def tables(params, per_user: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The control's tables from `doses`' rows: per-user rows of every dose, the gain per dose, the verdict."""
     table = curve(per_user, params)
     passed, text = verdict(table, params.planted_dose_star)
     return {
@@ -151,3 +176,8 @@ def control(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, l
         "planted_curve": table,
         "planted_verdict": pd.DataFrame([{"passes": passed, "text": text}]),
     }
+
+
+def control(params, corpus: Corpus, models, schedule, main_rows: pd.DataFrame, log=print) -> dict[str, pd.DataFrame]:
+    """The top-3-eff control's tables (`run`, then `tables`)."""
+    return tables(params, run(params, corpus, models, schedule, main_rows, log))

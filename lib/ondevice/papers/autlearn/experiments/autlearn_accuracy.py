@@ -74,6 +74,7 @@ class Params(common.AutLearnParams):
     text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     image_fedavg_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
+    fedavg_together: bool = False  # a round's LSTM clients at once: slower (fedavg_baseline.clients_together)
     # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
     # in a row of the loss on all data of the validation users none `stop_min_delta` (relative) below
     # the reference, keeping the lowest (as the LSTM's pre-training). CloudTrain: every epoch,
@@ -87,13 +88,12 @@ class Params(common.AutLearnParams):
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
-    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6 of
-    # each validate). Caps in epochs (FedAvg: rounds x clients x local epochs / users): LSTM CloudTrain 10,
-    # FedAvg 45 x 4 / 12 = 15 per local epoch; MobileNet 15 and 600 x 10 / 99 = 61. Measured at default
-    # with Adam clients (e1cb90f): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at
-    # 2.8 (LSTM) and 24-41 (MobileNet) epochs of examples; ~1.8 s per MobileNet round, hence only two
-    # MobileNet client rates at default (4 runs of the grid). Smoke: caps high enough for the small
-    # data to reach the plateau (the IID control needs convergence).
+    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6 of each
+    # validate). Caps in epochs (FedAvg: rounds x clients x local epochs / users): LSTM CloudTrain 10, FedAvg
+    # 45 x 4 / 12 = 15 per local epoch; MobileNet 15 and 600 x 10 / 99 = 61. Measured at default with Adam clients
+    # (e1cb90f): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at 2.8 (LSTM) and 24-41 (MobileNet)
+    # epochs of examples; ~1.8 s per MobileNet round, hence only two MobileNet client rates at default (4 runs of the
+    # grid). Smoke: caps high enough for the small data to reach the plateau (the IID control needs convergence).
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)

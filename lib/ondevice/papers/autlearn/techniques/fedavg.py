@@ -4,7 +4,10 @@ Each round a random subset of clients starts from the global weights, trains `lo
 its own data (a fresh optimizer state each time), and the server replaces the global weights by
 the average of the clients' weights, weighted by their numbers of training examples. Only weights
 travel; a client's data never leaves `clients`. One Trainer (and one compiled step) serves every
-client; the hooks of the trainer (e.g. equal-length buckets) apply on each client.
+client; the hooks of the trainer (e.g. equal-length buckets) apply on each client. With `together`
+(a `training.many_users.ManyUsers` of the same model, loss and SGD rate, one slot per client of a
+round) a round's clients train at once, each on its own batches from its own random stream, so a
+client's weights are those it gets alone, to float32 rounding (`tests/test_autlearn_accuracy.py`).
 
 Like `Trainer.fit`, the loop can score the global model on held-out data and stop at a plateau
 (a `Plateau` of `ondevice.training.trainer`), so that FedAvg is compared at convergence.
@@ -17,6 +20,7 @@ import time
 import numpy as np
 
 from ondevice import streams
+from ondevice.training.many_users import ManyUsers
 from ondevice.training.trainer import Plateau, Trainer
 
 
@@ -27,6 +31,23 @@ def average(weights: list[list[np.ndarray]], sizes: list[int]) -> list[np.ndarra
         sum(s * w[i].astype(np.float64) for s, w in zip(share, weights)).astype(weights[0][i].dtype)
         for i in range(len(weights[0]))
     ]
+
+
+def clients_alone(trainer: Trainer, weights, clients: dict, picked: list, epochs: int, batch_size: int, rngs: list):
+    """One round's clients trained one after another from `weights`: each client's weights and last epoch's loss."""
+    updates, losses = [], []
+    for c, rng in zip(picked, rngs):
+        trainer.reset(weights)
+        losses.append(trainer.fit(clients[c], epochs, batch_size, rng)[-1]["loss"])
+        updates.append(trainer.model.get_weights())
+    return updates, losses
+
+
+def clients_together(many: ManyUsers, weights, clients: dict, picked: list, epochs: int, batch_size: int, rngs: list):
+    """One round's clients trained at once from `weights`: each client's weights and last epoch's loss."""
+    many.reset(weights)
+    histories = many.fit([clients[c] for c in picked], epochs, batch_size, rngs)
+    return [many.user_weights(k) for k in range(len(picked))], [h[-1]["loss"] for h in histories]
 
 
 class Rounds(list):
@@ -50,6 +71,7 @@ def fedavg(
     evaluate=None,
     stop: Plateau | None = None,
     evaluate_every: int = 1,
+    together: ManyUsers | None = None,
 ) -> tuple[list[np.ndarray], Rounds]:
     """Global weights after at most `rounds` of FedAvg from `start`, and one history row per round.
 
@@ -76,13 +98,10 @@ def fedavg(
             ids[i]
             for i in sorted(streams.rng(seed, f"fedavg/round/{r}").choice(len(ids), clients_per_round, replace=False))
         ]
-        updates, sizes, losses = [], [], []
-        for c in picked:
-            trainer.reset(weights)
-            rows = trainer.fit(clients[c], local_epochs, batch_size, streams.rng(seed, f"fedavg/{r}/{c}"))
-            updates.append(trainer.model.get_weights())
-            sizes.append(trainer.task.size(clients[c]))
-            losses.append(rows[-1]["loss"])
+        rngs = [streams.rng(seed, f"fedavg/{r}/{c}") for c in picked]
+        fit = (weights, clients, picked, local_epochs, batch_size, rngs)
+        updates, losses = clients_together(together, *fit) if together else clients_alone(trainer, *fit)
+        sizes = [trainer.task.size(clients[c]) for c in picked]
         weights = average(updates, sizes)
         row = {"round": r, "clients": len(picked), "examples": int(sum(sizes))}
         row |= {"client_loss": float(np.average(losses, weights=sizes)), "seconds": time.perf_counter() - begin}

@@ -1,14 +1,16 @@
 """DeepType D7 (Sec. 6.1, "Accuracy Improvement of Online Training"): emulated online training.
 
-Each test user's samples arrive in typing order, starting from the shared global model. The
+Each test user's samples arrive in typing order, starting from a global model (`starts`: the paper's
+public Twitter model, ours Sent140's tweets, and the crowd model beside it). The
 emulator first infers every sample (the suggestion the user sees, and what is scored), buffers it,
 and trains one step each time 16 samples are buffered, so later words are suggested by a model that
 learnt from the earlier ones. Without online training the global model suggests every word. Both
 are scored on the whole stream, its last part (the paper: the last 10K of 100K samples) and the
 user's later lines (D3's test part). The online trainer is the protocol's (`protocol.online_trainer`):
 by default DeepType's on-device path, the softmax alone reusing the inference's cached features.
+The planted-signal control (`planted`) runs the same emulation on users given a habit at graded doses.
 
-Stages: `per_user_text.load_corpus`, `common.train_global`, `emulate`, `conclude`.
+Stages: `starts.load`, `starts.train`, `emulate_starts`, `planted_control`, `conclude`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import pandas as pd
 import tensorflow as tf
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus
+from ondevice.data.per_user_text import Corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import chars_needed, top_k_eff
-from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype import common, planted, protocol, report, starts
+from ondevice.papers.deeptype.common import GlobalModels
 from ondevice.params import presets
 from ondevice.report import claims, facts
 from ondevice.report.conclusion import Conclusion, diagnosed, effect_row, wide
@@ -42,18 +44,17 @@ PART_EFFECTS = facts.load("deeptype")[NAME]["part_effects"]
 
 
 @dataclass(frozen=True)
-class Params(typing_protocol.DeepTypeParams):
+class Params(starts.Params):
     online_batch_size: int = 16  # the paper trains once 16 samples are buffered
     online_training: str = "fine_tune"  # fine_tune: softmax only, reusing inference (the paper's online path) | full
     last_fraction: float = 0.1  # the stream's last part (the paper: last 10K of 100K samples)
     curve_points: int = 20  # cumulative top-k-eff at this many points of each stream (figure)
-    # the validation users' choice, run beside the paper's configuration as a diagnosis (`protocol.validation_choice`,
-    # which says where it comes from); "" = not run. The effects stay the paper's configuration's.
-    also_optimizer: str = "adam"
-    also_learning_rate: float = 3e-4
 
     # The model fields are the shared presets', so the global models are the other notebooks' cache entries.
-    PRESETS = presets(typing_protocol.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
+    # Starts (`global_texts`): Sent140 (the paper's public Twitter model; main; 90,744 words + 20,006 held out
+    # at default, 12,000 at smoke), the crowd beside it (246,561 words at default). The
+    # planted control's gain is online minus global top-k-eff over the whole stream (the paper's +9.5%).
+    PRESETS = presets(typing_protocol.PRESETS, planted.PRESETS, {"smoke": dict(curve_points=5), "paper": dict(seeds=3)})
 
     def check(self) -> None:
         super().check()
@@ -61,8 +62,6 @@ class Params(typing_protocol.DeepTypeParams):
         self.at_least(2, "curve_points")
         self.require(self.online_training in ("fine_tune", "full"), "online_training", "must be 'fine_tune' or 'full'")
         self.require(0 < self.last_fraction < 1, "last_fraction", "must be in (0, 1)")
-        self.require(self.also_optimizer in ("", "sgd", "adam"), "also_optimizer", "must be '', 'sgd' or 'adam'")
-        self.require(self.also_learning_rate > 0, "also_learning_rate", "must be positive")
 
 
 def stream(corpus: Corpus, user: str, train_fraction: float) -> tuple[Samples, int]:
@@ -150,6 +149,31 @@ def emulate(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> 
     return pd.DataFrame(rows), pd.DataFrame(curve)
 
 
+def emulate_starts(params: Params, corpora: dict, models: dict, log=print) -> tuple[dict, pd.DataFrame]:
+    """`emulate` from every start (`starts.each`): each start's rows, and the main start's cumulative curve."""
+    got = starts.each(params, corpora, models, emulate, log)
+    return {text: users for text, (users, _) in got.items()}, starts.main(got)[1]
+
+
+def planted_control(params: Params, corpus: Corpus, models: GlobalModels, users: pd.DataFrame, log=print) -> dict:
+    """The planted-signal control (`planted`) from the main start: per dose, the global model and online
+    training over each test user's whole stream; dose 0 is the main rows."""
+    emulator, wide_rows = Emulator(params, models), users.pivot(index=["seed", "user"], columns="condition")
+    main = wide_rows["top_k_eff_stream"][["global", "online"]].set_axis(["top_k_eff_global", "top_k_eff"], axis=1)
+
+    def measure(plant: Corpus, dose: float) -> list[dict]:
+        rows = []
+        for seed in models.entries:
+            for user in plant.split.test:
+                data = stream(plant, user, params.personal_train_fraction)[0]
+                eff = [top_k_eff(data.word_len, emulator.run(data, seed, train)[0]) for train in (False, True)]
+                rows.append({"seed": seed, "user": user, "top_k_eff_global": eff[0], "top_k_eff": eff[1]})
+        log(f"planted dose {dose:g}: {len(rows)} streams, online {np.median([r['top_k_eff'] for r in rows]):.3f}")
+        return rows
+
+    return planted.tables(params, planted.doses(params, corpus, measure, main.reset_index()))
+
+
 def _wide(users: pd.DataFrame, condition: str, part: str) -> np.ndarray:
     return wide(users, f"top_k_eff_{part}", condition=condition)
 
@@ -189,28 +213,37 @@ def per_user(users: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def conclude(params: Params, corpus: Corpus, models: GlobalModels, users, curve: pd.DataFrame, wall_time_s: float):
-    """Tables, headline numbers per seed, the paper's numbers beside ours, and the verdicts."""
-    med = users.groupby(["seed", "condition"])[[f"top_k_eff_{p}" for p in PARTS]].median()
+def conclude(params: Params, corpora: dict, models: dict, users: dict, curve, wall_time_s: float, more=None):
+    """Tables, headline numbers per seed (main start), the paper's numbers beside ours, the verdicts,
+    every start's gains beside the main one's, and `more` (the planted control's tables)."""
+    corpus, main_models, users_main = starts.main(corpora), starts.main(models), starts.main(users)
+    med = users_main.groupby(["seed", "condition"])[[f"top_k_eff_{p}" for p in PARTS]].median()
     g, o = med.xs("global", level="condition"), med.xs("online", level="condition")
     c = Conclusion(NAME, params, PAPER)
     c.headlines(
         {"top-k-eff, without online training": g.top_k_eff_stream, "top-k-eff, online training": o.top_k_eff_stream}
     )
     c.headlines({f"relative gain, {name}": o[f"top_k_eff_{p}"] / g[f"top_k_eff_{p}"] - 1 for p, name in PARTS.items()})
-    c.effect_rows(effects(params, users))
+    c.effect_rows(effects(params, users_main))
     c.paper_vs_ours()
-    tables = {"users": users, "per_user": per_user(users), "summary": med.reset_index(), "curve": curve}
-    words = int(users[users.seed == users.seed.min()].drop_duplicates("user").stream_words.sum())
+    pairs = [(f"top_k_eff_{p}", "online", "global") for p in PARTS]
+    every = pd.concat([u.assign(global_text=t) for t, u in users.items()], ignore_index=True)
+    tables = {"users": users_main, "per_user": per_user(users_main), "summary": med.reset_index(), "curve": curve}
+    tables |= {"starts": starts.sizes(corpora), "start_gains": starts.compare(params, users, pairs)}
+    cache = pd.concat([m.cache().assign(global_text=t) for t, m in models.items()], ignore_index=True)
+    tables |= {"users_every_start": every, "global_model_cache": cache}
+    tables |= more or {}
+    words = int(users_main[users_main.seed == users_main.seed.min()].drop_duplicates("user").stream_words.sum())
     return report.record(
-        c, corpus, tables, wall_time_s, models, stream_words=words, online_training=params.online_training
+        c, corpus, tables, wall_time_s, main_models, stream_words=words, online_training=params.online_training
     )
 
 
 def run(params: Params, speeches=None, log=print):
     """All stages in order, as the notebook runs them."""
     start = time.perf_counter()
-    corpus = load_corpus(params, speeches, log)
-    models = train_global(params, corpus, log)
-    users, curve = emulate(params, corpus, models, log)
-    return conclude(params, corpus, models, users, curve, time.perf_counter() - start)
+    corpora = starts.load(params, speeches, log)
+    models = starts.train(params, corpora, log)
+    users, curve = emulate_starts(params, corpora, models, log)
+    more = planted_control(params, starts.main(corpora), starts.main(models), starts.main(users), log)
+    return conclude(params, corpora, models, users, curve, time.perf_counter() - start, more)

@@ -1,12 +1,15 @@
 """DeepType D4 (Fig. 7): how much does more personal data help, and how much the dynamic vocabulary?
 
-The users, split and cached global model are every DeepType notebook's. Each test user's history is
-split as in D3 (earlier lines for personal training, later lines for testing); the personal model
-trains (`protocol`) on the most recent 25 / 50 / 100% of the training part (a phone that has
-collected less history), with and without the dynamic vocabulary (`techniques.dynamic_vocab`), on
-the same batches in the same order, so the two differ only in the vocabulary.
+The users and split are every DeepType notebook's; personalization starts from a global model
+(`starts`: the paper's Fig. 7 left starts from a public Twitter model, ours from Sent140's tweets, and
+the crowd model beside it). Each test user's history is split as in D3 (earlier lines for personal
+training, later lines for testing); the personal model trains (`protocol`) on the most recent 25 / 50
+/ 100% of the training part (`personal_sizes`), with and without the dynamic vocabulary
+(`techniques.dynamic_vocab`), on the same batches in the same order, so the two differ only in the
+vocabulary. The planted-signal control (`planted`) runs at the paper's two sizes.
 
-Stages: `per_user_text.load_corpus`, `common.train_global`, `vocabulary_reach`, `personalize`, `conclude`.
+Stages: `starts.load`, `starts.train`, `personal_sizes.vocabulary_reach`, `personalize` from each start (`starts.each`),
+`personal_sizes.planted_control`, `conclude`.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.data.per_user_text import Corpus, load_corpus
-from ondevice.data.splits import split_history
+from ondevice.data.per_user_text import Corpus
 from ondevice.data.typing_samples import UNK_ID, build_samples
 from ondevice.metrics import top_k_eff
-from ondevice.papers.deeptype import common, protocol, report
-from ondevice.papers.deeptype.common import GlobalModels, train_global
+from ondevice.papers.deeptype import common, personal_sizes, planted, protocol, report, starts
+from ondevice.papers.deeptype.common import GlobalModels
+from ondevice.papers.deeptype.personal_sizes import GLOBAL, condition, history, recent
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import claims, facts
@@ -31,9 +34,8 @@ from ondevice.report.conclusion import Conclusion, effect_row, wide
 from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_personal_data"
-GLOBAL = "G-M"
-# Fig. 7 (left: a Twitter-trained global model) gives numbers in the text; ours comes from other
-# users of the same corpus (its right panel). 50K and 100K samples are our 50% and 100%.
+# Fig. 7 (left: a Twitter-trained global model) gives numbers in the text; ours is Sent140's (`starts`),
+# the crowd's (its right panel) beside it. 50K and 100K samples are our 50% and 100%.
 PAPER = facts.paper(NAME)
 ALSO = ", validation choice"  # suffix of a condition trained with the validation users' personal choice
 SECTION = "Personal training with the validation users' choice"
@@ -46,19 +48,19 @@ QUANTITIES = {
 
 
 @dataclass(frozen=True)
-class Params(typing_protocol.DeepTypeParams):
+class Params(starts.Params):
     data_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)  # of each user's personal training part
     dynamic_vocab_min_count: int = 2  # times a word must be typed to enter the user's vocabulary
     reach_min_counts: tuple[int, ...] = (1, 2, 3, 5, 10)  # thresholds of the counting-only table
     personal_holdout_fraction: float = 0.0  # fixed epochs: each data fraction gets the same number
-    # the validation users' choice, run beside the paper's configuration as a diagnosis (`protocol.validation_choice`,
-    # which says where it comes from); "" = not run. The effects stay the paper's configuration's.
-    also_optimizer: str = "adam"
-    also_learning_rate: float = 3e-4
 
-    # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes
+    # one personal epoch at default: 7 conditions x 20 users x 5 epochs would take about 30 minutes. Starts
+    # (`global_texts`): Sent140 (the paper's public Twitter model; main; 90,744 words + 20,006 held out at
+    # default, 12,000 at smoke), the crowd beside it (246,561 words at default). The planted
+    # control's gain is P-M* minus G-M top-k-eff at 50% and 100%, its rule judged at 100%.
     PRESETS = presets(
         typing_protocol.PRESETS,
+        planted.PRESETS,
         {"smoke": dict(seeds=2, personal_epochs=1), "default": dict(seeds=1, personal_epochs=1)},
     )
 
@@ -71,63 +73,6 @@ class Params(typing_protocol.DeepTypeParams):
         self.require({0.5, 1.0} <= set(f), "data_fractions", "must include 0.5 and 1.0 (the paper's 50K and 100K)")
         self.require(self.dynamic_vocab_min_count >= 1, "dynamic_vocab_min_count", "must be at least 1")
         self.require(all(t >= 1 for t in self.reach_min_counts), "reach_min_counts", "must hold counts >= 1")
-        self.require(self.also_optimizer in ("", "sgd", "adam"), "also_optimizer", "must be '', 'sgd' or 'adam'")
-        self.require(self.also_learning_rate > 0, "also_learning_rate", "must be positive")
-
-
-def condition(fraction: float | None, dynamic: bool) -> str:
-    """Fig. 7's labels: G-M, P-M <size> (dynamic vocabulary), P-M* <size> (without)."""
-    return GLOBAL if fraction is None else f"P-M{'' if dynamic else '*'} {fraction:.0%}"
-
-
-def history(corpus: Corpus, user: str, train_fraction: float) -> tuple[list, list]:
-    """A user's earlier sentences (personal training part) and later ones (test), as D3 splits them."""
-    sents = corpus.users[user]
-    return split_history(sents, [len(s) for s in sents], train_fraction)
-
-
-def recent(train: list[list[str]], fraction: float) -> list[list[str]]:
-    """The most recent `fraction` of the training part's words (whole sentences, at least that many)."""
-    return train if fraction >= 1 else split_history(train, [len(s) for s in train], 1 - fraction)[1]
-
-
-def example_swap(params: Params, corpus: Corpus, user: str, rows: int = 10) -> pd.DataFrame:
-    """The swap of one user on all of their personal training part: reused id, the global word
-    that held it, the user's word that takes it and how often the user typed it."""
-    own = history(corpus, user, params.personal_train_fraction)[0]
-    swap = dynamic_vocab.swap(corpus.vocab, own, params.dynamic_vocab_min_count)
-    return pd.DataFrame(
-        {
-            "id": swap.ids,
-            "global word (never typed by the user)": swap.replaced,
-            "user's word": swap.added,
-            "times typed": swap.counts,
-        }
-    ).head(rows)
-
-
-def vocabulary_reach(params: Params, corpus: Corpus) -> pd.DataFrame:
-    """Counting only, no model: per threshold and data fraction, the words the swap adds and the
-    share of test words out of vocabulary before and after it (pooled over test users)."""
-    rows, users = [], [history(corpus, u, params.personal_train_fraction) for u in corpus.split.test]
-    for fraction in params.data_fractions:
-        parts = [(recent(train, fraction), [w for s in test for w in s]) for train, test in users]
-        words = sum(len(t) for _, t in parts)
-        before = sum(corpus.vocab.word_id(w) == UNK_ID for _, t in parts for w in t)
-        for n in params.reach_min_counts:
-            swaps = [dynamic_vocab.swap(corpus.vocab, own, n) for own, _ in parts]
-            after = sum(sw.vocab.word_id(w) == UNK_ID for sw, (_, t) in zip(swaps, parts) for w in t)
-            rows.append(
-                {
-                    "data_fraction": fraction,
-                    "min_count": n,
-                    "added_words_median": float(np.median([s.size for s in swaps])),
-                    "test_oov_global_vocab": before / words,
-                    "test_oov_user_vocab": after / words,
-                    "used": n == params.dynamic_vocab_min_count,
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 class _Personal:
@@ -254,11 +199,12 @@ def reach_diagnoses(params: Params, reach: pd.DataFrame) -> dict[str, claims.Dia
     return out
 
 
-def conclude(params: Params, corpus: Corpus, models: GlobalModels, reach, rows: list[dict], wall_time_s: float):
-    """Tables, headline numbers with tolerances, the paper's numbers beside ours, and the effects'
-    intervals and three-way verdicts."""
-    users = report.rows_table(rows)
-    summary = summary_table(users, rows)
+def conclude(params: Params, corpora: dict, models: dict, reach, rows: dict, wall_time_s: float, more=None):
+    """Tables, headline numbers with tolerances (main start), the paper's numbers beside ours, the
+    effects' intervals and three-way verdicts, every start's gains, and `more` (the planted control's)."""
+    main_rows, main_models = starts.main(rows), starts.main(models)
+    users, every = report.rows_table(main_rows), {t: report.rows_table(r) for t, r in rows.items()}
+    summary = summary_table(users, main_rows)
     medians = summary.pivot(index="seed", columns="condition", values="top_k_eff_median")
     per_seed = {q: np.array(medians[c].tolist()) for q, c in QUANTITIES.items()}
     per_seed |= {f"relative change: {e.claim}": per_seed[e.better] / per_seed[e.worse] - 1 for e in PAPER.effects}
@@ -268,22 +214,24 @@ def conclude(params: Params, corpus: Corpus, models: GlobalModels, reach, rows: 
     why = reach_diagnoses(params, reach) | also_diagnoses(params, users)
     c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
     c.paper_vs_ours()
-    tables = {
-        "users": users,
-        "summary": summary,
-        "vocabulary_reach": reach,
-        "contrasts": contrasts(params, users),
-        "training": models.history(),
-    }
+    pairs = [("top_k_eff", QUANTITIES[e.better], QUANTITIES[e.worse]) for e in PAPER.effects]
+    tables = {"users": users, "summary": summary, "vocabulary_reach": reach, "contrasts": contrasts(params, users)}
+    tables |= {"starts": starts.sizes(corpora), "start_gains": starts.compare(params, every, pairs)}
+    tables |= {"users_every_start": pd.concat([u.assign(global_text=t) for t, u in every.items()], ignore_index=True)}
+    tables |= {"training": pd.concat([m.history().assign(global_text=t) for t, m in models.items()])}
+    tables |= {"global_model_cache": pd.concat([m.cache().assign(global_text=t) for t, m in models.items()])}
     test_words = int(users[users.condition == GLOBAL].groupby("seed").test_words.sum().iloc[0])
-    return report.record(c, corpus, tables, wall_time_s, models, test_words=test_words)
+    tables |= more or {}
+    return report.record(c, starts.main(corpora), tables, wall_time_s, main_models, test_words=test_words)
 
 
 def run(params: Params, speeches=None, log=print):
     """All stages in order, as the notebook runs them."""
     start = time.perf_counter()
-    corpus = load_corpus(params, speeches, log)
-    models = train_global(params, corpus, log)
-    reach = vocabulary_reach(params, corpus)
-    rows = personalize(params, corpus, models, log)
-    return conclude(params, corpus, models, reach, rows, time.perf_counter() - start)
+    corpora = starts.load(params, speeches, log)
+    models = starts.train(params, corpora, log)
+    reach = personal_sizes.vocabulary_reach(params, starts.main(corpora))
+    rows = starts.each(params, corpora, models, personalize, log)
+    users = report.rows_table(starts.main(rows))
+    more = personal_sizes.planted_control(params, starts.main(corpora), starts.main(models), users, log)
+    return conclude(params, corpora, models, reach, rows, time.perf_counter() - start, more)
