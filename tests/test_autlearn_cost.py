@@ -7,7 +7,7 @@ import pytest
 import tf_keras as keras
 
 from numerics import assert_close_float32, lstm_terms
-from ondevice.models import lstm_lm
+from ondevice.models import lstm_lm, mobilenet_v1
 from ondevice.papers.autlearn.techniques import magnitude_pruning, pruning
 
 
@@ -85,52 +85,125 @@ def test_flop_and_parameter_counts_of_a_known_model():
     ) + 12 * (12 * 30 + 30)
 
 
-def test_search_stops_at_the_accuracy_budget():
+@pytest.mark.parametrize("layer", ["embedding", "lstm_1", "lstm_2"])
+def test_flops_saved_is_what_the_pruned_model_no_longer_counts(layer):
     model = small_lstm()
-    script = iter(
-        [
-            0.50,
-            0.49,
-            0.48,
-            0.40,  # base; round 1 trials (embedding, lstm_1, lstm_2)
-            0.495,  # round 1 after re-training: within 1%
-            0.45,
-            0.47,
-            0.46,  # round 2 trials: lstm_1 is best
-            0.485,
-        ]
-    )  # after re-training: 1.5% below the base, over the budget
-    retrained = []
-    best, rounds, base = pruning.search(
-        model,
-        lambda m: next(script),
-        retrained.append,
-        step=0.25,
-        max_drop=0.01,
-        layers=["embedding", "lstm_1", "lstm_2"],
-        log=lambda *_: None,
-    )
-    assert base == 0.50 and [r.layer for r in rounds] == ["embedding", "lstm_1"]
-    assert [r.within_budget for r in rounds] == [True, False] and len(retrained) == 2
-    assert pruning.width(best.get_layer("embedding")) == 6 and pruning.width(best.get_layer("lstm_1")) == 12
-    assert best is retrained[0]  # the last model within the budget, not the one that broke it
-    first, rounds, _ = pruning.search(
-        model, lambda m: 0.5 if m is model else 0.3, lambda m: None, layers=["lstm_1"], log=lambda *_: None
-    )
-    assert first is model and len(rounds) == 1 and not rounds[0].within_budget
+    for k in (1, 3, 7):
+        pruned = pruning.prune(model, layer, pruning.lowest_units(model.get_layer(layer), k))
+        saved = pruning.forward_flops(model) - pruning.forward_flops(pruned)
+        assert pruning.flops_saved(model, layer, k) == pytest.approx(saved, rel=1e-12)
+    cnn = small_cnn()
+    for layer_ in ("conv", "fc"):
+        pruned = pruning.prune(cnn, layer_, [0, 1])
+        saved = pruning.forward_flops(cnn) - pruning.forward_flops(pruned)
+        assert pruning.flops_saved(cnn, layer_, 2) == pytest.approx(saved, rel=1e-12)
+    # lstm_2 feeds the softmax (12 x 30): one unit saves 2 x 30 there and 2 x 4 x (8 + 12 + 12 - 1) + ... in the LSTMs
+    need = pruning.flops_saved(model, "lstm_2", 3)
+    assert pruning.units_for(model, "lstm_2", need) == 3 and pruning.units_for(model, "lstm_2", need + 1) == 4
+    assert pruning.units_for(model, "embedding", pruning.forward_flops(model)) == 0  # it cannot save that much
+    one = min(pruning.flops_saved(model, n, 1) for n in ("embedding", "lstm_2"))
+    assert pruning.reachable(model, ["embedding", "lstm_2"], pruning.forward_flops(model)) >= one
+    assert pruning.reachable(model, ["embedding", "lstm_2"], 0.5 * one) == one
+    assert pruning.reachable(pruning.prune(model, "lstm_2", range(11)), ["lstm_2"], 1.0) is None
 
 
-def test_search_without_a_round_cap_goes_on_while_the_budget_allows():
-    # accuracy never falls: with max_rounds = 0 rounds go on until the layer keeps one unit (12 -> 6 -> 3 ->
-    # 1 at step 0.5), each re-trained; a cap of 1 stops after the first
+def test_flops_saved_counts_each_layer_of_an_inlined_mobilenet_once():
+    mobilenet = pruning.flatten(mobilenet_v1.build(None, 0.25, 32, 62))  # its backbone's layers are called twice
+    for layer in ("conv1", "conv_pw_7", "conv_pw_13"):
+        pruned = pruning.prune(mobilenet, layer, [0, 1, 2])
+        saved = pruning.forward_flops(mobilenet) - pruning.forward_flops(pruned)
+        assert pruning.flops_saved(mobilenet, layer, 3) == pytest.approx(saved, rel=1e-12)
+
+
+def toy_mlp_cloud():
+    """A 16-unit ReLU layer trained to tell points inside a circle from those outside (fewer units
+    draw a coarser boundary), and a `retraining.Cloud` that re-trains by real Adam epochs on the
+    training points and scores on a judged and a selection part."""
+    from ondevice.papers.autlearn.retraining import Cloud
+    from ondevice.tasks.classification import ClassificationTask
+    from ondevice.training.trainer import Trainer
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(1200, 2)).astype(np.float32)
+    y = ((x**2).sum(1) < 0.5).astype(np.int64)
+    init = lambda s: keras.initializers.GlorotUniform(seed=s)
+    inputs = keras.Input((2,))
+    hidden = keras.layers.Dense(16, activation="relu", name="hidden", kernel_initializer=init(1))(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="out", kernel_initializer=init(2))(hidden))
+    task, train = ClassificationTask((2,), 2), (x[:600], y[:600])
+    Trainer(model, task, 0.03, "adam").fit(train, 60, 32, np.random.default_rng(1))
+    epochs = []
+
+    def fit(m, rate, tag=""):
+        epochs.append(tag)
+        Trainer(m, task, rate, "adam").fit(train, 1, 32, np.random.default_rng(len(tag)))
+
+    top1 = lambda m, part: float((m(x[part]).numpy().argmax(-1) == y[part]).mean())
+    judged, selection = slice(600, 900), slice(900, 1200)
+    return model, Cloud(lambda m: top1(m, judged), lambda m: (top1(m, judged), top1(m, selection)), fit), epochs
+
+
+def test_pruning_search_retrains_every_round_and_goes_on_while_the_budget_allows():
+    from ondevice.papers.autlearn import retraining
+
+    model, cloud, epochs = toy_mlp_cloud()
+    base = cloud.evaluate(model)
+    assert base > 0.9
     retrained = []
-    best, rounds, _ = pruning.search(
-        small_lstm(), lambda m: 0.5, retrained.append, step=0.5, max_rounds=0, layers=["lstm_2"], log=lambda *_: None
+
+    def retrain(m, done):
+        retrained.append(done)
+        return retraining.to_plateau(m, cloud, 0.01, done, max_epochs=3)
+
+    # no budget to speak of: the rounds go on, with no round cap, until the layer cannot lose a unit: a step
+    # of 12.8 of the 128 FLOPs takes 2 units of 16 (8 FLOPs each), 16 -> 14 -> ... -> 2; then the step no
+    # layer can save shrinks to one unit's 8 FLOPs: 2 -> 1
+    best, rounds = pruning.search(model, cloud.scores, retrain, step=0.1, max_drop=1.0, log=lambda *_: None)
+    assert [r.width_after for r in rounds] == [*range(14, 1, -2), 1] and all(r.within_budget for r in rounds)
+    assert len(retrained) == len(rounds) == 8 and pruning.width(best.get_layer("hidden")) == 1
+    assert retrained == [0, *(r.epochs_total for r in rounds[:-1])]  # each round re-trains on from the last
+    assert [r.work_removed for r in rounds] == pytest.approx([i / 8 for i in range(1, 8)] + [15 / 16])
+    assert epochs[: rounds[0].epochs] == [retraining.epoch_tag(e) for e in range(1, rounds[0].epochs + 1)]
+
+
+def test_pruning_search_does_not_keep_a_round_over_the_budget():
+    from ondevice.papers.autlearn import retraining
+
+    model, cloud, _ = toy_mlp_cloud()
+    base = cloud.evaluate(model)
+    control = retraining.EpochControl(model, cloud, 0.01, base, 0.01, log=lambda *_: None)
+    retrain = lambda m, done: retraining.to_plateau(m, cloud, 0.01, done, max_epochs=3)
+    best, rounds = pruning.search(
+        model, cloud.scores, retrain, step=0.1, max_drop=0.01, reference=control.reference, log=lambda *_: None
     )
-    assert [r.width_after for r in rounds] == [6, 3, 1] and len(retrained) == 3
-    assert all(r.within_budget for r in rounds) and pruning.width(best.get_layer("lstm_2")) == 1
-    capped = pruning.search(small_lstm(), lambda m: 0.5, lambda m: None, step=0.5, max_rounds=1, layers=["lstm_2"])
-    assert len(capped[1]) == 1
+    kept, last = [r for r in rounds if r.within_budget], rounds[-1]
+    assert not last.within_budget and last.width_after >= 2  # the budget, not the layer's width, ended it
+    assert pruning.width(best.get_layer("hidden")) == (kept[-1].width_after if kept else 16)
+    assert all(r.val_accuracy >= r.budget_from - 0.01 for r in kept)
+    assert last.val_accuracy < last.budget_from - 0.01
+    # judged from the uncompressed model re-trained as many epochs (the control), never below the model itself
+    assert all(r.budget_from == max(base, control.top1[r.epochs_total]) for r in rounds)
+    assert [c.epochs for c in control.checks()] == list(range(1, len(control.top1)))
+    if kept:
+        assert cloud.evaluate(best) == kept[-1].val_accuracy  # the kept model, not the one that broke the budget
+
+
+def test_retraining_to_a_plateau_keeps_the_best_epoch():
+    from ondevice.papers.autlearn.retraining import Cloud, to_plateau
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, kernel_initializer="zeros")])
+    selection = {0.0: 0.5, 1.0: 0.6, 2.0: 0.7, 3.0: 0.65, 4.0: 0.69, 5.0: 0.9}  # by the epochs re-trained
+
+    def step(m, rate, tag):
+        m.set_weights([m.get_weights()[0] + 1, m.get_weights()[1]])
+
+    cloud = Cloud(None, lambda m: (0.0, selection[float(m.get_weights()[0][0, 0])]), step)
+    assert to_plateau(model, cloud, 0.1, 0, max_epochs=5, patience=2) == 2  # epochs 3, 4 lower: stop
+    assert model.get_weights()[0][0, 0] == 2.0
+    model.set_weights([np.zeros((1, 1), np.float32), np.zeros(1, np.float32)])
+    assert to_plateau(model, cloud, 0.1, 0, max_epochs=5, patience=3) == 5 and model.get_weights()[0][0, 0] == 5.0
+    model.set_weights([np.zeros((1, 1), np.float32), np.zeros(1, np.float32)])
+    assert to_plateau(model, cloud, 0.1, 0, max_epochs=1) == 1
 
 
 def test_magnitude_pruning_zeroes_weights_but_keeps_shapes():
@@ -396,14 +469,16 @@ def test_retraining_control_holds_at_the_chosen_rate_and_fails_at_a_destructive_
     assert [t.rate for t in trials] == [1e-4, 30.0] and [t.chosen for t in trials] == [True, False]
     assert rate == 1e-4 and trials[0].selection_top1 > trials[1].selection_top1
     assert all(np.array_equal(a, b) for a, b in zip(start, model.get_weights()))  # trials re-train copies
-    checks = retraining.control(model, cloud, rate, trials, base_acc, 0.01, ("a", "b"), log=lambda *_: None)
-    assert [(c.retraining, c.epochs) for c in checks] == [("pruning round", 1), ("SVD", 1), ("SVD", 2)]
+    checks = retraining.control(model, cloud, rate, base_acc, 0.01, ("a", "b"), log=lambda *_: None)
+    assert [(c.retraining, c.epochs) for c in checks] == [("SVD", 1), ("SVD", 2)]
     assert all(c.within_budget for c in checks)
     assert retraining.reference(base_acc, checks) == max(base_acc, *(c.val_top1 for c in checks))
     # the known answer catches a re-training that loses accuracy by itself
-    bad = [retraining.RateTrial(30.0, t.selection_top1, t.judged_top1, True) for t in trials if t.rate == 30.0]
-    failed = retraining.control(model, cloud, 30.0, bad, base_acc, 0.01, ("a",), log=lambda *_: None)
-    assert not failed[0].within_budget and not failed[1].within_budget
+    failed = retraining.control(model, cloud, 30.0, base_acc, 0.01, ("a",), log=lambda *_: None)
+    assert not failed[0].within_budget
+    control = retraining.EpochControl(model, cloud, 30.0, base_acc, 0.01, log=lambda *_: None)
+    assert control.reference(0) == base_acc and control.reference(2) == base_acc  # never below the model itself
+    assert [c.within_budget for c in control.checks()] == [False, False]
     # ties go to the smaller rate
     flat = retraining.Cloud(lambda m: 0.5, lambda m: (0.5, 0.5), lambda m, rate, tag: None)
     assert retraining.choose_rate(model, flat, [0.3, 0.1, 0.2], log=lambda *_: None)[0] == 0.1

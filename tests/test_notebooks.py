@@ -279,10 +279,14 @@ def autlearn_cost_sanity(out: Path) -> None:
     sparse = comp[comp.method == "magnitude pruning"]
     assert (sparse.parameters_ratio == 1).all() and (sparse.nonzero_parameters < sparse.parameters).all()
     rounds = pd.read_csv(t / "pruning_rounds.csv")
-    assert rounds.groupby("model").within_budget.apply(lambda s: s.iloc[:-1].all()).all()  # only the last may break it
+    # a round keeps at most one candidate, its last; every round but the last keeps one
+    per_round = rounds.groupby(["model", "round"]).within_budget
+    assert per_round.apply(lambda s: not s.iloc[:-1].any()).all() and per_round.sum().le(1).all()
+    assert rounds.groupby("model").apply(lambda m: m.groupby("round").within_budget.any().iloc[:-1].all()).all()
+    assert (rounds[rounds.within_budget].val_accuracy >= rounds[rounds.within_budget].budget_from - 0.01 - 1e-12).all()
     control = pd.read_csv(t / "retrain_control.csv")  # the uncompressed model re-trained as a compressed one
     assert (control.within_budget == (control.val_top1 >= control.uncompressed_top1 - 0.01 - 1e-12)).all()
-    assert set(control.retraining) == {"pruning round", "SVD"} and control.verdict.str.len().gt(0).all()
+    assert set(control.retraining) == {"structured pruning", "SVD"} and control.verdict.str.len().gt(0).all()
     rates = pd.read_csv(t / "retrain_rates.csv")  # one rate per model, the best on the selection hold-out
     chosen = rates[rates.chosen].set_index("model").selection_top1
     assert (chosen == rates.groupby("model").selection_top1.max().loc[chosen.index]).all() and len(chosen) == 2

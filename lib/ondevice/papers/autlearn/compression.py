@@ -13,7 +13,7 @@ import tf_keras as keras
 from ondevice import streams
 from ondevice.data import femnist
 from ondevice.data.typing_samples import Samples
-from ondevice.models import mobilenet_v1, svd_compression
+from ondevice.models import svd_compression
 from ondevice.papers.autlearn import common, retraining
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES
 from ondevice.papers.autlearn.protocol import setting
@@ -85,11 +85,11 @@ def cloud_text(params, text: common.TextData) -> Cloud:
     return Cloud(evaluate, scores, retrain)
 
 
-def cloud_image(params, images: common.ImageData, writers, pre: common.Pretrained) -> Cloud:
-    """MobileNet in the cloud: a backbone's score is the top-1 on the cloud writers' test images of a
-    head fitted on their training images (features once), less a random `retrain_selection_fraction`
-    of them, the selection hold-out the re-training rate is chosen on. ImageNet is not here, so a
-    pruned model re-trains (the paper: "after pruning the model must be re-trained") on those
+def cloud_image(params, images: common.ImageData, writers) -> Cloud:
+    """MobileNet in the cloud: a backbone's score is the top-1 on the cloud writers' test images (the
+    budget's held-out images) of a copy of its head fitted on their training images (features once),
+    less a random `retrain_selection_fraction` of them, the selection hold-out. ImageNet is not here,
+    so a pruned model re-trains (the paper: "after pruning the model must be re-trained") on those
     training images, every layer (BatchNorm in inference mode, `pruning.flatten`), by Adam."""
     (x, y), test, head_name = images.pooled(writers), images.pooled(writers, ("test",)), LAST_LAYER["image"]
     held = streams.rng(params.seed, "autlearn-cost/selection-images").random(len(y)) < params.retrain_selection_fraction
@@ -98,11 +98,10 @@ def cloud_image(params, images: common.ImageData, writers, pre: common.Pretraine
 
     def retrain(model, rate: float, tag: str = ""):
         trainer = Trainer(model, common.image_task(), rate, "adam")
-        trainer.fit(train, params.retrain_epochs, 32, streams.rng(params.seed, "autlearn-cost/retrain-image"))
+        trainer.fit(train, params.retrain_epochs, 32, streams.rng(params.seed, f"autlearn-cost/retrain-image/{tag}"))
 
     def scores(model, parts=(test, selection)):
-        feats, head = keras.Model(model.input, model.get_layer(head_name).input), mobilenet_v1.head_model(model)
-        head.get_layer(head_name).set_weights(pre.model.get_layer(head_name).get_weights())
+        feats, head = keras.Model(model.input, model.get_layer(head_name).input), _head_copy(model, head_name)
         f = lambda x: np.concatenate([feats(x[i : i + 256], training=False).numpy() for i in range(0, len(x), 256)])
         trainer = Trainer(
             head, ClassificationTask((head.input_shape[-1],), femnist.CLASSES), s.learning_rate, s.optimizer
@@ -114,39 +113,69 @@ def cloud_image(params, images: common.ImageData, writers, pre: common.Pretraine
     return Cloud(lambda model: scores(model, (test,))[0], scores, retrain)
 
 
+def _head_copy(model: keras.Model, name: str) -> keras.Model:
+    """The head alone on features, a copy starting from `model`'s head (scoring leaves `model` as it is)."""
+    layer = model.get_layer(name)
+    features = keras.Input((layer.input.shape[-1],), name="features")
+    copy = type(layer).from_config(layer.get_config())
+    head = keras.Model(features, copy(features))
+    copy.set_weights(layer.get_weights())
+    return head
+
+
 def compress(params, kind: str, pre: common.Pretrained, cloud: Cloud, log=print):
     """The uncompressed public model and each compression within `max_accuracy_drop` of the
     re-training's reference (`retraining`), and the structured search's rounds: the paper's structured
-    pruning (`pruning.search`) for both models; for the LSTM also DeepType's SVD of the softmax
+    pruning (`_structured`) for both models; for the LSTM also DeepType's SVD of the softmax
     (re-trained, its rank chosen by `svd_rank.search`) and, as our ablation, magnitude pruning (not
     re-trained: judged from the uncompressed model; the highest tried sparsity within the budget;
     zeroed weights remove no work). MobileNet's FC head (256 x 62) is too small for SVD or sparsity
     to matter."""
     pre.model.set_weights(pre.weights)
     base = pruning.flatten(pre.model) if kind == "image" else retraining.copy(pre.model)
-    layers = pruning.candidates(base)
-    if kind == "image" and params.prune_candidates:
-        layers = sorted(layers, key=lambda n: -pruning.layer_flops(base.get_layer(n)))[: params.prune_candidates]
     name, head = MODEL_NAMES[kind], LAST_LAYER[kind]
     log_ = lambda m: log(f"{name}: {m}")
     base_acc = cloud.evaluate(base)
     uncompressed = Compressed(kind, "uncompressed", base, "the public pre-trained model", base_acc, head)
-    retrain, ref = _retraining(params, kind, uncompressed, cloud, log_)
-    search = dict(step=params.prune_step, max_drop=params.max_accuracy_drop, max_rounds=params.prune_rounds)
-    best, rounds, _ = pruning.search(base, cloud.evaluate, retrain, layers=layers, log=log_, reference=ref, **search)
-    w = lambda model, n: pruning.width(model.get_layer(n))
-    widths = ", ".join(f"{n} {w(base, n)}->{w(best, n)}" for n in layers if w(base, n) != w(best, n))
-    acc = cloud.evaluate(best) if best is not base else base_acc
-    inside = best is base or acc >= ref - params.max_accuracy_drop  # no round within: the uncompressed model
-    pruned = Compressed(kind, "structured pruning", best, widths or "no round within the budget", acc, head, inside)
-    pruned.budget_from = None if best is base else ref
+    pruned, rounds, rate = _structured(params, kind, uncompressed, cloud, log_)
     variants = [uncompressed, pruned]
     if kind == "text":
+        drop, tags = params.max_accuracy_drop, _svd_tags(params, base)
+        checks = retraining.control(base, cloud, rate, base_acc, drop, tags, log_)
+        uncompressed.checks += tuple(checks)
+        retrain = lambda model, tag: cloud.retrain(model, rate, tag)
         variants += [
-            _svd(params, base, cloud.evaluate, retrain, ref, log_),
+            _svd(params, base, cloud.evaluate, retrain, retraining.reference(base_acc, checks), log_),
             _magnitude(params, base, cloud.evaluate, base_acc, log_),
         ]
     return variants, [{"model": name, **r.__dict__} for r in rounds]
+
+
+def _structured(params, kind: str, uncompressed: Compressed, cloud: Cloud, log):
+    """(the paper's structured pruning, `pruning.search`, its rounds, the re-training rate): the rate
+    `retraining.choose_rate` picks on the first round's pruned model, each round re-trained to a
+    plateau of the selection hold-out and judged from the epoch-matched control
+    (`retraining.EpochControl`); the rate trials and the control's rows are kept on `uncompressed`.
+    MobileNet's rounds try the `prune_candidates` layers with the most FLOPs (0: all)."""
+    base, base_acc, drop = uncompressed.model, uncompressed.val_top1, params.max_accuracy_drop
+    rule = dict(layers=pruning.candidates(base), max_candidates=params.prune_candidates if kind == "image" else 0)
+    select, step = (lambda model: cloud.scores(model)[1]), params.prune_step * pruning.forward_flops(base)
+    first = pruning.ranked(base, rule["layers"], step, select, rule["max_candidates"])[1]
+    rates = params.text_retrain_rates if kind == "text" else params.image_retrain_rates
+    rate, trials = retraining.choose_rate(first[0][3] if first else base, cloud, rates, log)
+    control = retraining.EpochControl(base, cloud, rate, base_acc, drop, log)
+    epochs, patience = params.retrain_max_epochs, params.retrain_patience
+    plateau = lambda model, done: retraining.to_plateau(model, cloud, rate, done, epochs, patience)
+    search = dict(step=params.prune_step, max_drop=drop, reference=control.reference, log=log)
+    best, rounds = pruning.search(base, cloud.scores, plateau, **search, **rule)
+    uncompressed.rates, uncompressed.checks = tuple(trials), tuple(control.checks())
+    w = lambda model, n: pruning.width(model.get_layer(n))
+    widths = ", ".join(f"{n} {w(base, n)}->{w(best, n)}" for n in rule["layers"] if w(base, n) != w(best, n))
+    kept = [r for r in rounds if r.within_budget]
+    acc = kept[-1].val_accuracy if kept else base_acc
+    pruned = Compressed(kind, "structured pruning", best, widths or "no round within the budget", acc, LAST_LAYER[kind])
+    pruned.budget_from = kept[-1].budget_from if kept else None
+    return pruned, rounds, rate
 
 
 def _svd_tags(params, base) -> tuple[str, ...]:
@@ -154,18 +183,6 @@ def _svd_tags(params, base) -> tuple[str, ...]:
     hidden = int(base.get_layer(svd_compression.SOFTMAX).input_shape[-1])
     largest = max(svd_compression.rank_for(hidden, f) for f in params.svd_fractions)
     return tuple(f"svd/{largest}/{e}" for e in range(1, params.svd_retrain_epochs + 1))
-
-
-def _retraining(params, kind: str, uncompressed: Compressed, cloud: Cloud, log):
-    """(retrain(model, tag) at the rate `retraining.choose_rate` picks, the budget's reference); the
-    rate trials and the known-answer control are kept on `uncompressed`."""
-    rates = params.text_retrain_rates if kind == "text" else params.image_retrain_rates
-    base, base_acc = uncompressed.model, uncompressed.val_top1
-    rate, trials = retraining.choose_rate(base, cloud, rates, log)
-    tags = _svd_tags(params, base) if kind == "text" else ()
-    checks = retraining.control(base, cloud, rate, trials, base_acc, params.max_accuracy_drop, tags, log)
-    uncompressed.rates, uncompressed.checks = tuple(trials), tuple(checks)
-    return (lambda model, tag="": cloud.retrain(model, rate, tag)), retraining.reference(base_acc, checks)
 
 
 def _svd(params, base, evaluate, retrain, base_acc: float, log) -> Compressed:

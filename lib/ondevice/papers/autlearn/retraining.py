@@ -1,20 +1,28 @@
 """The cloud's re-training of a compressed model (autlearn_cost): its rate chosen by a rule fixed
-before the run, and a known-answer control that re-training is not what loses accuracy.
+before the run, re-training to a plateau of the selection hold-out, and known-answer controls that
+re-training is not what loses (or gains) accuracy.
 
-The rule (the paper says only that a pruned model "must be re-trained"; optimizer and rate are
-open): Adam from a fresh state, as in pre-training. Each rate of the kind's candidates re-trains the
-uncompressed model as a pruning round re-trains a pruned one (one `retrain` call: same data, epochs,
-batch) and is scored on the selection hold-out, cloud data apart from the re-training data and from
-the held-out data the budget is judged on. The rate with the highest selection top-1 (ties: the
-smaller rate) re-trains every compression of the run.
+The rule (the paper says only that a pruned model "must be re-trained to restore its accuracy";
+optimizer and rate are open): Adam from a fresh state, as in pre-training. Each rate of the kind's
+candidates re-trains, for one epoch, the model the first pruning round re-trains first (`probe`:
+re-training exists to restore a pruned model; on the uncompressed model the rule favoured whichever
+rate disturbs a trained model least, the LSTM's smallest candidate) and is scored on the selection
+hold-out, cloud data apart from the re-training data and from the held-out data the budget is judged
+on. The rate with the highest selection top-1 (ties: the smaller rate) re-trains every compression
+of the run and the controls.
 
-The control (known by construction): the uncompressed model, re-trained exactly as a compressed one
-is (the pruning round's re-training; for the LSTM also the SVD's epochs, on the SVD's samples), loses
-nothing to compression, so its judged top-1 must stay within the accuracy budget of the uncompressed
-model's; a re-training that fails it is a bug of ours. The budget is then judged from the better of
-the uncompressed model and its re-trained copies (`reference`): re-training on the cloud's data can
-adapt the model to it (MobileNet: ImageNet filters to FEMNIST's letters), and a compression must not
-be credited with what re-training alone gives.
+A pruning round re-trains to a plateau (`to_plateau`): epoch by epoch until the selection top-1 has
+not risen for `patience` epochs; the best epoch's weights are kept. A model's e-th re-training epoch,
+across rounds, draws `epoch_tag(e)`'s samples.
+
+The controls (known by construction): the uncompressed model, re-trained exactly as a compressed one
+is, loses nothing to compression, so its judged top-1 must stay within the accuracy budget of the
+uncompressed model's; a re-training that fails it is a bug of ours. Re-training on the cloud's data
+can also adapt the model to it (MobileNet: ImageNet filters to FEMNIST's letters), and a compression
+must not be credited with what re-training alone gives, so the budget is judged from the better of
+the uncompressed model and its copy re-trained as many epochs (`EpochControl`, the pruning search:
+the copy re-trains the same epochs' draws as far as the pruned model has in all; `control` and
+`reference`, the SVD: every SVD epoch on its samples).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ class Cloud:
 class RateTrial:
     rate: float
     selection_top1: float  # chooses the rate
-    judged_top1: float  # the control's pruning-round row (not used to choose)
+    judged_top1: float  # the probe's, re-trained once (not used to choose)
     chosen: bool
 
 
@@ -59,36 +67,80 @@ def copy(model: keras.Model) -> keras.Model:
     return twin
 
 
-def choose_rate(base: keras.Model, cloud: Cloud, rates, log=print) -> tuple[float, list[RateTrial]]:
-    """The rule of the module's docstring: every trial, the chosen one marked."""
+def epoch_tag(epoch: int) -> str:
+    """The samples' draw of a model's `epoch`-th re-training epoch (counted across pruning rounds)."""
+    return f"epoch/{epoch}"
+
+
+def choose_rate(probe: keras.Model, cloud: Cloud, rates, log=print) -> tuple[float, list[RateTrial]]:
+    """The rule of the module's docstring on copies of `probe`: every trial, the chosen one marked."""
     if not rates or min(rates) <= 0:
         raise ValueError(f"need positive candidate re-training rates, got {rates}")
     scored = []
     for rate in sorted(set(rates)):
-        model = copy(base)
-        cloud.retrain(model, rate, "")
+        model = copy(probe)
+        cloud.retrain(model, rate, epoch_tag(1))
         judged, selection = cloud.scores(model)
-        log(f"re-training rate {rate:g}: uncompressed re-trained once, selection top-1 {selection:.4f}")
+        log(f"re-training rate {rate:g}: the first round's model re-trained once, selection top-1 {selection:.4f}")
         scored.append((rate, selection, judged))
     best = max(scored, key=lambda t: (t[1], -t[0]))[0]
     return best, [RateTrial(r, s, j, r == best) for r, s, j in scored]
+
+
+def to_plateau(model: keras.Model, cloud: Cloud, rate: float, done: int, max_epochs: int, patience: int = 1) -> int:
+    """Re-train `model` in place, epoch by epoch (its epochs `done` + 1, ...), until the selection top-1
+    has not risen for `patience` epochs or after `max_epochs`; the best epoch's weights are kept (the
+    given ones when no epoch beats them). Returns the epochs kept."""
+    if max_epochs < 1 or patience < 1:
+        raise ValueError(f"need max_epochs >= 1 and patience >= 1, got {max_epochs}, {patience}")
+    best, weights, kept = cloud.scores(model)[1], model.get_weights(), 0
+    for epoch in range(1, max_epochs + 1):
+        cloud.retrain(model, rate, epoch_tag(done + epoch))
+        selection = cloud.scores(model)[1]
+        if selection > best:
+            best, weights, kept = selection, model.get_weights(), epoch
+        elif epoch - kept >= patience:
+            break
+    model.set_weights(weights)
+    return kept
+
+
+class EpochControl:
+    """The pruning search's known answer, epoch-matched: a copy of the uncompressed model re-trained at
+    the run's rate on the same epochs' draws, as many epochs as a pruned model has had in all
+    (extended as the search asks). `reference(epochs)` is the accuracy such a model is judged from."""
+
+    def __init__(self, base: keras.Model, cloud: Cloud, rate: float, base_acc: float, max_drop: float, log=print):
+        self.model, self.cloud, self.rate, self.log = copy(base), cloud, rate, log
+        self.base_acc, self.max_drop, self.top1 = base_acc, max_drop, [base_acc]
+
+    def reference(self, epochs: int) -> float:
+        while len(self.top1) <= epochs:
+            self.cloud.retrain(self.model, self.rate, epoch_tag(len(self.top1)))
+            self.top1.append(self.cloud.evaluate(self.model))
+            self.log(
+                f"control: uncompressed re-trained {len(self.top1) - 1} epoch(s) at rate {self.rate:g}: "
+                f"{self.top1[-1]:.4f} (uncompressed {self.base_acc:.4f})"
+            )
+        return max(self.base_acc, self.top1[epochs])
+
+    def checks(self) -> list[Check]:
+        """One row per epoch count the search asked for, judged against the uncompressed model."""
+        inside = lambda acc: acc >= self.base_acc - self.max_drop
+        return [Check("structured pruning", e, a, self.base_acc, inside(a)) for e, a in enumerate(self.top1) if e]
 
 
 def control(
     base: keras.Model,
     cloud: Cloud,
     rate: float,
-    trials: list[RateTrial],
     base_acc: float,
     max_drop: float,
-    svd_tags: tuple[str, ...] = (),
+    svd_tags: tuple[str, ...],
     log=print,
 ) -> list[Check]:
-    """The known answer: the pruning round's re-training (the chosen rate's trial, scored on the judged
-    hold-out) and, with `svd_tags`, the SVD's re-training epoch by epoch on a copy of `base`."""
-    judged = next(t.judged_top1 for t in trials if t.chosen)
-    rows = [("pruning round", 1, judged)]
-    model = copy(base)
+    """The SVD's known answer: its re-training epoch by epoch (`svd_tags`) on a copy of `base`."""
+    rows, model = [], copy(base)
     for epoch, tag in enumerate(svd_tags, 1):
         cloud.retrain(model, rate, tag)
         rows.append(("SVD", epoch, cloud.evaluate(model)))
@@ -103,6 +155,6 @@ def control(
 
 
 def reference(base_acc: float, checks: list[Check]) -> float:
-    """The accuracy a re-trained compression is judged from: the better of the uncompressed model
-    and its re-trained copies."""
+    """The accuracy the re-trained SVD is judged from: the better of the uncompressed model and its
+    re-trained copies."""
     return max([base_acc, *(c.val_top1 for c in checks)])

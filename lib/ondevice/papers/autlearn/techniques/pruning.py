@@ -1,13 +1,16 @@
 """AutLearn's cloud-side model compression (Sec. 3.5): structured magnitude pruning, searched.
 
-Each round picks one layer (a convolution, a fully connected or an LSTM layer; the paper treats
-an FC unit as a 1x1 filter) and removes its K filters or units of smallest L2 norm; the layer is
-the one whose pruned model keeps the highest validation accuracy, which is the paper's
-argmax Accuracy(Model) s.t. Resource(Model) < Budget with the budget lowered a step each round.
-The chosen model is then re-trained (in the cloud, on public data) and the rounds go on until
-validation accuracy falls more than `max_drop` below the uncompressed model's, or the resource
-budget is met; the last model within the accuracy budget is the result. Resource is counted
-FLOPs (`forward_flops`); the paper measured phones, which we do not have.
+This is the paper's argmax Accuracy(Model) s.t. Resource(Model) < Budget, the resource budget
+lowered each round by a step (`search`'s `step` x the uncompressed model's FLOPs; NetAdapt's
+schedule): every candidate layer (a convolution, a fully connected or an LSTM layer, or the
+embedding; the paper treats an FC unit as a 1x1 filter) removes the fewest filters or units of
+smallest L2 norm that meet the round's budget (`units_for`), so the candidates are compared at
+equal resource, and the one whose pruned model scores best on the selection hold-out is re-trained
+(in the cloud, on public data, to a plateau of that hold-out) and judged on the held-out data of
+the accuracy budget, from the uncompressed model re-trained as many epochs (`retraining`). A
+candidate outside the budget is not kept and the round's next one is tried; the rounds go on until
+no candidate stays within the budget, with no round cap. Resource is counted FLOPs
+(`forward_flops`); the paper measured phones, which we do not have.
 
 Removing a unit really shrinks the model (`prune`): the layer loses the unit's kernel columns
 (an LSTM loses the unit's column in each of its four gates and its recurrent row), per-channel
@@ -264,6 +267,49 @@ def last_layer_train_flops(model: keras.Model, head: str, samples: int) -> float
 # ---- the search ---------------------------------------------------------------------------
 
 
+def flops_saved(model: keras.Model, layer_name: str, k: int) -> float:
+    """Forward FLOPs (`forward_flops`) that removing k of `layer_name`'s units saves, counted from the
+    shapes without building the pruned model: the layer's own share (an LSTM's is quadratic in its
+    units), per-channel carriers' share and the consumers' input rows."""
+    layer = model.get_layer(layer_name)
+    n = width(layer)
+    carriers, consumers = ({x.name: x for x in found}.values() for found in _downstream(model, layer))  # each once
+    if isinstance(layer, keras.layers.LSTM):
+        d = int(layer.input_shape[-1])
+        saved = 2.0 * 4 * (n * (d + n) - (n - k) * (d + n - k))
+    else:
+        saved = layer_flops(layer) * k / n
+    saved += sum(layer_flops(c) * k / int(c.input_shape[-1]) for c in carriers if layer_flops(c))
+    for c in consumers:
+        rows = int(c.input_shape[-1]) + (width(c) if isinstance(c, keras.layers.LSTM) else 0)
+        saved += layer_flops(c) * k / rows
+    return saved
+
+
+def units_for(model: keras.Model, layer_name: str, flops: float) -> int:
+    """The fewest units of `layer_name` whose removal saves at least `flops` (0: it cannot, even
+    keeping one unit); the saving grows with the units removed, so a bisection finds them."""
+    low, high = 1, width(model.get_layer(layer_name)) - 1
+    if high < 1 or flops_saved(model, layer_name, high) < flops:
+        return 0
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if flops_saved(model, layer_name, mid) >= flops else (mid + 1, high)
+    return low
+
+
+def reachable(model: keras.Model, names, flops: float) -> float | None:
+    """`flops`, halved until some layer of `names` can save it, and at least the smallest saving of
+    one unit (None: no layer can lose a unit). A round's step shrinks rather than end the search."""
+    able = [n for n in names if width(model.get_layer(n)) > 1]
+    if not able:
+        return None
+    floor = min(flops_saved(model, n, 1) for n in able)
+    while flops > floor and not any(units_for(model, n, flops) for n in able):
+        flops /= 2
+    return max(flops, floor)
+
+
 @dataclass(frozen=True)
 class Round:
     round: int
@@ -272,66 +318,85 @@ class Round:
     width_after: int
     parameters: int
     forward_flops: float
-    val_accuracy: float
-    within_budget: bool
+    work_removed: float  # share of the uncompressed model's forward FLOPs
+    selection_before: float  # the pruned model's selection score before re-training (chooses the layer)
+    epochs: int  # re-training epochs this round kept (to the selection plateau)
+    epochs_total: int  # re-training epochs of the model so far (the control's epochs)
+    val_accuracy: float  # judged, after re-training
+    budget_from: float  # the epoch-matched reference (`reference(epochs_total)`)
+    within_budget: bool  # kept; a candidate outside is dropped and the round's next one tried
+
+
+def ranked(model: keras.Model, names, flops: float, select, max_candidates: int = 0) -> tuple[float, list[tuple]]:
+    """(the round's step, `reachable` from `flops`; its candidates, best first: (selection score,
+    layer, k, pruned model) for every layer of `names` that saves the step by losing its k lowest-norm
+    units). `max_candidates`: only that many layers with the most FLOPs of `model` (0: all). Ties keep
+    `names` order; no layer able to lose a unit: (0, [])."""
+    if max_candidates:
+        names = sorted(names, key=lambda n: -layer_flops(model.get_layer(n)))[:max_candidates]
+    step = reachable(model, names, flops)
+    tried = []
+    for name in names if step else ():
+        if k := units_for(model, name, step):
+            trial = prune(model, name, lowest_units(model.get_layer(name), k))
+            tried.append((select(trial), name, k, trial))
+    return step or 0.0, sorted(tried, key=lambda t: -t[0])
 
 
 def search(
     model: keras.Model,
-    evaluate: Callable[[keras.Model], float],
-    retrain: Callable[[keras.Model], None],
+    scores: Callable[[keras.Model], tuple[float, float]],
+    retrain: Callable[[keras.Model, int], int],
     *,
-    step: float = 0.25,
+    step: float = 0.05,
     max_drop: float = 0.01,
-    flops_budget: float = 0.0,
-    max_rounds: int = 20,
     layers: list[str] | None = None,
+    max_candidates: int = 0,
+    reference: Callable[[int], float] | None = None,
     log=print,
-    reference: float | None = None,
-) -> tuple[keras.Model, list[Round], float]:
-    """Prune round by round until validation accuracy drops more than `max_drop` (absolute) below
-    the uncompressed model's, FLOPs reach `flops_budget` x the original's, no layer can lose a unit,
-    or `max_rounds` (0: no cap, the budget alone ends it).
+) -> tuple[keras.Model, list[Round]]:
+    """The paper's argmax Accuracy(Model) s.t. Resource(Model) < Budget, the budget lowered each round
+    by `step` x the uncompressed model's forward FLOPs (no round cap: the accuracy budget ends it).
 
-    Each round every candidate layer (`layers`, default all `candidates`) removes its
-    K = ceil(step x width) lowest-norm units; the pruned model with the best accuracy before
-    re-training is kept, then `retrain` (in place) and `evaluate` again. Returns the last model
-    within the accuracy budget (the original when even the first round exceeds it), every round
-    (the last one possibly outside the budget) and the accuracy the budget is judged from: the
-    uncompressed model's, or `reference` when given (e.g. the better of it and its re-trained copy).
-    """
-    if not 0 < step < 1 or max_drop < 0 or not 0 <= flops_budget < 1 or max_rounds < 0:
-        raise ValueError(
-            f"need 0 < step < 1, max_drop >= 0, 0 <= flops_budget < 1, max_rounds >= 0; "
-            f"got {step}, {max_drop}, {flops_budget}, {max_rounds}"
-        )
-    base, original_flops = evaluate(model) if reference is None else reference, forward_flops(model)
-    best, rounds = model, []
+    `scores(model)`: (judged top-1, selection top-1); `retrain(model, epochs_so_far)` re-trains in place
+    and returns the epochs it kept; `reference(epochs)`: the accuracy a model re-trained that many
+    epochs in all is judged from (default: the uncompressed model's judged top-1). Each round every
+    candidate layer (`ranked`) loses as many lowest-norm units as the step needs; the best by selection
+    score is re-trained and judged; outside `max_drop` of its reference it is not kept and the next
+    candidate is tried. A step no layer can save is halved (`reachable`). The search stops when no
+    candidate of a round stays within the budget or no layer can lose a unit. Returns the last kept
+    model (`model` itself when none) and every re-trained candidate."""
+    if not 0 < step < 1 or max_drop < 0:
+        raise ValueError(f"need 0 < step < 1 and max_drop >= 0; got {step}, {max_drop}")
+    if reference is None:
+        base_judged = scores(model)[0]
+        reference = lambda epochs: base_judged
+    original, best, total, rounds = forward_flops(model), model, 0, []
     names = layers if layers is not None else candidates(model)
-    for r in itertools.count(1) if max_rounds == 0 else range(1, max_rounds + 1):
-        if forward_flops(best) <= flops_budget * original_flops:
-            break
-        tried = []
-        for name in names:
-            n = width(best.get_layer(name))
-            k = min(n - 1, int(np.ceil(step * n)))
-            if k >= 1:
-                trial = prune(best, name, lowest_units(best.get_layer(name), k))
-                tried.append((evaluate(trial), name, k, trial))
+    for r in itertools.count(1):
+        select = lambda m: scores(m)[1]
+        need, tried = ranked(best, names, step * original, select, max_candidates)
         if not tried:
+            log(f"pruning round {r}: no layer can lose a unit: stop")
             break
-        _, name, k, chosen = max(tried, key=lambda t: t[0])  # first of equals: `names` order
-        retrain(chosen)
-        acc = evaluate(chosen)
-        ok = acc >= base - max_drop
-        rounds.append(
-            Round(r, name, k, width(chosen.get_layer(name)), parameters(chosen), forward_flops(chosen), acc, ok)
-        )
-        log(
-            f"pruning round {r}: {name} -{k} -> {width(chosen.get_layer(name))} units, "
-            f"accuracy {acc:.4f} (budget from {base:.4f}){'' if ok else ', over the budget: stop'}"
-        )
-        if not ok:
+        kept = None
+        for before, name, k, trial in tried:
+            epochs = retrain(trial, total)
+            acc, ref = scores(trial)[0], reference(total + epochs)
+            ok, flops = acc >= ref - max_drop, forward_flops(trial)
+            after = width(trial.get_layer(name))
+            shape = (r, name, k, after, parameters(trial), flops, 1 - flops / original, before)
+            rounds.append(Round(*shape, epochs, total + epochs, acc, ref, ok))
+            log(
+                f"pruning round {r} (step {need / original:.1%}): {name} -{k} -> {after} units "
+                f"({1 - flops / original:.0%} of the work removed), "
+                f"{epochs} re-training epoch(s), accuracy {acc:.4f} (budget from {ref:.4f})"
+                f"{'' if ok else ', over the budget: not kept'}"
+            )
+            if ok:
+                kept = trial, total + epochs
+                break
+        if kept is None:
             break
-        best = chosen
-    return best, rounds, base
+        best, total = kept
+    return best, rounds
