@@ -46,31 +46,26 @@ ROW = "seed user play role condition train_words test_words test_oov_rate top_k_
 TRAINING = {"steps": 0, "steps_run": 0, "kept_epoch": math.nan, "personal_train_seconds": 0.0}
 TRAINING |= {"seen_row_shift": math.nan, "unseen_row_shift": math.nan}
 OWN_PRESETS = {
-    "smoke": dict(personal_epochs=2, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3)
-    | dict(planted_doses=(0.0, 0.5, 1.0)),
+    "smoke": dict(personal_epochs=2, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3),
     "default": dict(seeds=1, sgd_lr_grid=(0.03, 0.1, 0.3, 1.0), adam_lr_grid=(3e-5, 1e-4, 3e-4, 1e-3)),
     "paper": dict(seeds=3),
 }
 
 
 @dataclass(frozen=True)
-class Params(typing_protocol.DeepTypeParams):
+class Params(planted.Fields):
     sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
     adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     tuned_row: bool = True  # also run the validation users' choice on the test users
     far_words_as_crowd: bool = True  # Bible cut to the crowd's words (Sec. 6.1.1: ~10M samples each "for fairness")
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
-    # the planted-signal control (`planted`) and its rule, fixed before running (`planted.verdict`)
-    planted_doses: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)  # shares of a user's lines with its habit
-    planted_dose_star: float = 0.5
-    planted_words: int = 20  # the most frequent words each user swaps for its own
     step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
     users_together: int = 1  # test users personalized at once (`training.many_users`; same rows to float32 rounding)
     dynamic_vocab_min_count: int = dynamic_vocab.MIN_COUNT  # D4's threshold: times a user typed a word it adds
 
-    PRESETS = presets(typing_protocol.PRESETS, OWN_PRESETS)
+    PRESETS = presets(typing_protocol.PRESETS, planted.PRESETS, OWN_PRESETS)
 
     def check(self) -> None:
         super().check()
@@ -81,7 +76,6 @@ class Params(typing_protocol.DeepTypeParams):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
         self.require(self.validation_users >= 1 or not grid, "validation_users", "must be at least 1 with a grid")
-        planted.check(self)
         known = set(self.sensitivity) <= set(sensitivity.SWITCHES)
         self.require(known, "sensitivity", f"must name switches of {sorted(sensitivity.SWITCHES)}")
 
