@@ -107,9 +107,11 @@ def top_devices(params: CollaParams, devices: Devices) -> list[str]:
     return sorted(devices.uids, key=lambda u: (-n[u], u))[: params.control_devices]
 
 
-def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, seed: int) -> dict:
+def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, seed: int, holdout: bool = False):
     """DT's light model, fresh, trained by the client update on each top device's cycles 1..cycles
-    and tested on the last period, against that device's table on the same training part."""
+    and tested on the last period, against that device's table on the same training part (the
+    client update's own split). With `holdout`, no test period is read: the latest fifth of the
+    cycles' data is the test, and the rest what the model and the table learn from."""
     p, c = params, params.cycles
     init = mrnn.build(p.device_config(devices.places), streams.tf_seed(seed, "init/device")).get_weights()
     init[-1] = np.zeros_like(init[-1])
@@ -117,13 +119,17 @@ def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, 
     model, table, labels, train_n, steps = [], [], [], [], []
     for uid in top_devices(p, devices):
         x, y = devices.samples(uid, list(range(1, c + 1)), known_by=c, places_only=True)
-        test_x, test_y = devices.samples(uid, [c + 1], known_by=c)
+        if holdout:
+            (x, y), (test_x, test_y) = common.split_latest(x, y, p.validation_fraction)
+        else:
+            test_x, test_y = devices.samples(uid, [c + 1], known_by=c)
         state, fit = protocol.client_update(rt, rt.plain, start, x, y, None, seed, f"control/{uid}")
+        keep = common.to_slots(state.slot_places, y)
+        (trained_x, trained_slots), _ = common.client_split(p, x[keep >= 0], keep[keep >= 0], seed, f"control/{uid}")
         model.append(protocol.device_predictions(rt.device_model, state, test_x))
-        (trained_x, trained_y), _ = common.split_latest(x, y, p.validation_fraction)
-        table.append(Markov(trained_x[:, -1, 0], trained_y).predict(test_x[:, -1, 0]))
+        table.append(state.slot_places[Markov(trained_x[:, -1, 0], trained_slots).predict(test_x[:, -1, 0])])
         labels.append(test_y)
-        train_n.append(len(trained_y))
+        train_n.append(len(trained_slots))
         steps.append(fit["steps_to_best"])
     y = np.concatenate(labels)
     return row(
@@ -138,6 +144,30 @@ def device_control(params: CollaParams, devices: Devices, rt: protocol.Runtime, 
         test_samples=len(y),
         steps_to_best=int(np.median(steps)),
     )
+
+
+def stop_choice(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame:
+    """The readings of the paper's client stopping rule (`common.CLIENT_SPLITS` x `CLIENT_MONITORS`)
+    compared on held-out training data: control (2) with `holdout` (no test period is read), every
+    seed. The rule, fixed before the default run: the reading whose model is most accurate on the
+    held-out fifth (mean over seeds); ties go to the earlier reading (latest fifth, loss first)."""
+    view, rows = dataclasses.replace(devices, inputs=params.inputs), []
+    for split in common.CLIENT_SPLITS:
+        for monitor in common.CLIENT_MONITORS:
+            p = dataclasses.replace(params, client_split=split, client_monitor=monitor)
+            rt = protocol.Runtime(p, view)
+            for s in params.seed_list:
+                rows.append(device_control(p, view, rt, s, holdout=True) | {"split": split, "monitor": monitor})
+            mean = np.mean([r["model accuracy"] for r in rows[-len(params.seed_list) :]])
+            table = rows[-1]["Markov accuracy"]
+            log(f"client stop: {split} fifth, {monitor}: held-out accuracy {mean:.3f} (table {table:.3f})")
+    return pd.DataFrame(rows)
+
+
+def chosen_stop(choice: pd.DataFrame) -> tuple[str, str]:
+    """The rule of `stop_choice`: (split, monitor) with the highest mean held-out accuracy."""
+    means = choice.groupby(["split", "monitor"], sort=False)["model accuracy"].mean()
+    return tuple(means.index[int(np.argmax(means.to_numpy()))])
 
 
 def run_controls(params: CollaParams, devices: Devices, run_ct: dict, log=print) -> pd.DataFrame:

@@ -144,18 +144,19 @@ class SeedRun:
 
 def client_update(rt: Runtime, trainer: Trainer, state: DeviceState, x, y, columns, seed: int, label: str):
     """Stage 3 on one device: the customised FC grows with the cycle's new places, then the model
-    trains on the earlier 80% of the cycle until the loss of the latest 20% plateaus (best epoch
-    kept), counted on the validation labels whose place the training part has: a label at a place
-    absent from it cannot be learnt from this data, and its loss only rises as the model grows sure
-    of the places it can learn, which stopped fits early (the device control, with the table's input,
-    0.224 -> 0.292 against the table's 0.314 on the 8 devices with the most data). Returns the new
+    trains on 80% of the cycle until the held-out 20% (`common.client_split`) plateaus (best epoch
+    kept; loss or accuracy by `client_monitor`), counted on the validation labels whose place the
+    training part has: a label at a place absent from it cannot be learnt from this data, and its
+    loss only rises as the model grows sure of the places it can learn, which stopped fits early
+    (the device control, with the table's input, 0.224 -> 0.292 against the table's 0.314 on the 8
+    devices with the most data). Returns the new
     state and what the fit did (`training_row`, plus the share of such validation labels)."""
     p = rt.params
     weights, slots = common.grow(state.weights, state.slot_places, y, columns)
     keep = common.to_slots(slots, y)
     if (keep >= 0).sum() < 2:
         return DeviceState(weights, slots), training_row([])
-    train, val = common.split_latest(x[keep >= 0], keep[keep >= 0], p.validation_fraction)
+    train, val = common.client_split(p, x[keep >= 0], keep[keep >= 0], seed, label)
     learnable = np.isin(val[1], train[1])
     stop_on = (val[0][learnable], val[1][learnable]) if learnable.any() else val
     rng = streams.rng(seed, f"client/{label}")
@@ -277,7 +278,7 @@ def validation_devices(params: CollaParams, devices: Devices) -> list[str]:
 def rate_choice(params: CollaParams, devices: Devices, boot: Bootstrapped, log=print) -> pd.DataFrame:
     """Client-update learning rates compared on the validation devices' cycle-1 data only (no test
     period is read): for each rate in `rate_grid`, DT (from scratch) and DT-ws (from the first pull)
-    train until the latest 20% of cycle 1 plateaus. The rule, fixed before looking: the rate with
+    train until the held-out fifth of cycle 1 plateaus. The rule, fixed before looking: the rate with
     the lowest median best validation loss over both methods' fits. One row per fit."""
     seed, rows = params.seed, []
     pull = boot.pull[seed].weights

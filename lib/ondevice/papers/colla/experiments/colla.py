@@ -106,18 +106,20 @@ def per_seed(params: Params, last: pd.DataFrame, groups: pd.DataFrame) -> dict[s
 
 @dataclass
 class Checks:
-    """The run's measurements beside Table 1, each None when not run: the client-update rate and
-    the inputs chosen on held-out training data, the controls, the data-scale probe, the other
-    reading of the task."""
+    """The run's measurements beside Table 1, each None when not run: the client-update rate, the
+    inputs and the client stopping rule chosen on held-out training data, the controls, the
+    data-scale probe, the other reading of the task."""
 
     rate: pd.DataFrame | None = None
     inputs: pd.DataFrame | None = None
     control: pd.DataFrame | None = None
     scale: pd.DataFrame | None = None
     other: pd.DataFrame | None = None
+    stop: pd.DataFrame | None = None
 
     def tables(self) -> dict[str, pd.DataFrame]:
         named = {"rate_choice": self.rate, "input_choice": self.inputs, "controls": self.control}
+        named |= {"stop_choice": self.stop}
         named |= {"data_scale": self.scale}
         if self.control is not None:
             named["controls_summary"] = controls.summary(self.control)
@@ -131,6 +133,7 @@ class Checks:
         return {
             "device_learning_rate_measured": None if self.rate is None else chosen_rate(self.rate),
             "inputs_measured": None if self.inputs is None else controls.chosen_inputs(self.inputs),
+            "client_stop_measured": None if self.stop is None else ", ".join(controls.chosen_stop(self.stop)),
             "controls": None
             if checked is None
             else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
@@ -213,9 +216,10 @@ def run(params: Params, log=print) -> record.Result:
     inputs = controls.input_choice(params, devices, log)
     boot = bootstrap(params, devices, log)
     rate = rate_choice(params, devices, boot, log)
+    stop = controls.stop_choice(params, devices, log)
     runs = run_cycles(params, devices, boot, log)
     control = run_controls(params, devices, runs, log)
     scale = controls.data_scale(params, devices, log)
     other = variant(params, log) if params.sequence_variant else None
-    checks = Checks(rate, inputs, control, scale, other)
+    checks = Checks(rate, inputs, control, scale, other, stop)
     return conclude(params, devices, boot, runs, time.perf_counter() - start, checks)
