@@ -1,5 +1,6 @@
 """The run's time-left estimate (report/progress.py) from recorded stage times and a staged copy."""
 
+import io
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -40,9 +41,10 @@ def _timings(scale_dir, rows):
     pd.DataFrame(rows, columns=["notebook", "cell", "stage", "seconds"]).to_csv(scale_dir / "timings.csv", index=False)
 
 
-def _staged(scale_dir, name, statuses, start=None, durations=None, folder=None):
-    """A half-executed copy as papermill leaves it: one status per cell, `durations` {cell: seconds}
-    of finished ones (`folder`: where, else a staging directory)."""
+def _staged(scale_dir, name, statuses, start=None, durations=None, folder=None, sources=None):
+    """A half-executed copy as papermill leaves it: one status per cell, `durations` {cell index:
+    seconds} of finished ones, `sources` {cell index: source} (`folder`: where, else a staging
+    directory)."""
     cells = []
     for index, status in enumerate(statuses):
         meta = {"status": status}
@@ -50,7 +52,7 @@ def _staged(scale_dir, name, statuses, start=None, durations=None, folder=None):
             meta["start_time"] = start.isoformat()
         if status == "completed" and index in (durations or {}):
             meta["duration"] = durations[index]
-        cells.append({"cell_type": "code", "metadata": {"papermill": meta}, "source": ""})
+        cells.append({"cell_type": "code", "metadata": {"papermill": meta}, "source": (sources or {}).get(index, "")})
     staging = scale_dir / (folder or f".staging-{name}-123")
     staging.mkdir()
     (staging / f"{name}.ipynb").write_text(json.dumps({"cells": cells}))
@@ -61,13 +63,35 @@ def test_time_left_counts_unfinished_cells_less_the_running_cells_elapsed_time(t
     _timings(tmp_path, [("a", 0, "x", 10.0), ("a", 1, "y", 100.0), ("a", 2, "z", 50.0)])
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     copy = _staged(
-        tmp_path, "a", ["completed", "running", "pending"], start=now - timedelta(seconds=30), durations={0: 12}
+        tmp_path,
+        "a",
+        ["completed", "running", "pending"],
+        start=now - timedelta(seconds=30),
+        durations={0: 12},
+        sources={0: "x", 1: "y", 2: "z"},
     )
     finished, running_for = cells_done(copy, now=now)
-    assert finished == {0: 12.0} and running_for == 30.0
+    assert finished == {("x", 0): 12.0} and running_for == 30.0
     assert seconds_left(recorded(tmp_path)["a"], (finished, running_for)) == 120.0  # 100 + 50 - 30
     # a running cell past its recorded time leaves no negative estimate
-    assert seconds_left({0: 5.0}, (set(), 60.0)) == 0.0
+    assert seconds_left({("x", 0): 5.0}, (set(), 60.0)) == 0.0
+
+
+def test_a_cell_added_since_the_recorded_run_shifts_no_other_cells_time(tmp_path):
+    # recorded: load, train (x2), conclude; this run has a new `check` cell and a markdown cell first
+    _timings(
+        tmp_path, [("a", 1, "load", 5.0), ("a", 2, "train", 100.0), ("a", 3, "train", 50.0), ("a", 4, "conclude", 1.0)]
+    )
+    copy = _staged(
+        tmp_path,
+        "a",
+        ["completed", "completed", "completed", "completed", "pending", "pending"],
+        durations={0: 0.0, 1: 6.0, 2: 30.0, 3: 110.0},
+        sources={0: "", 1: "load", 2: "check", 3: "train"},
+    )
+    finished, _ = cells_done(copy)
+    assert finished[("load", 0)] == 6.0 and finished[("train", 0)] == 110.0 and ("check", 0) in finished
+    assert seconds_left(recorded(tmp_path)["a"], (finished, 0.0)) == 51.0  # the second train + conclude
 
 
 def test_overall_estimate_divides_notebooks_run_together_by_the_lanes(tmp_path):
@@ -115,19 +139,29 @@ def test_the_runs_pace_scales_what_is_left_once_enough_recorded_time_is_finished
     progress = Progress(tmp_path, [], ["autlearn_accuracy", "deeptype_online_latency"], 1, clock=lambda: next(ticks))
     first = progress.line()
     assert "0/2 notebooks done, 10.0 min elapsed" in first and "about 80.4 min left" in first  # 4788.9 + 33.1 s
-    ran = cells["autlearn_accuracy"]
-    doubled = {c: 2 * s for c, s in ran.items()}  # cells between them: markdown, no duration
-    _staged(tmp_path, "autlearn_accuracy", ["completed"] * 28, durations=doubled, folder="autlearn_accuracy")
+    real = pd.read_csv(io.StringIO(REAL))
+    ran = real[real.notebook == "autlearn_accuracy"]
+    doubled = {c: 2 * s for c, s in zip(ran.cell, ran.seconds)}  # cells between them: markdown, no duration
+    sources = dict(zip(ran.cell, ran.stage))  # each stage as its cell's source: stage_of gives it back
+    _staged(
+        tmp_path,
+        "autlearn_accuracy",
+        ["completed"] * 28,
+        durations=doubled,
+        folder="autlearn_accuracy",
+        sources=sources,
+    )
     progress.finished("autlearn_accuracy", ran=True)
     line = progress.line()
     assert "1/2 notebooks done, 11.0 min elapsed" in line and "about 1.1 min left" in line  # 2 x 33.1 s
     assert "recorded times x2.00, this run's pace over 14 finished cells" in line
     # the set-up cells alone (under PACE_BASIS_S of recorded time) set no pace
-    setup = {c: cells["deeptype_online_latency"][c] for c in (1, 2, 3, 5)}
+    setup = dict(list(cells["deeptype_online_latency"].items())[:4])  # its first four code cells
     assert sum(setup.values()) < PACE_BASIS_S
     assert pace(cells, {"deeptype_online_latency": {c: 10 * s for c, s in setup.items()}}) == (None, 4)
     # a cell papermill gave no duration (NaN) counts for neither side
-    assert pace(cells, {"autlearn_accuracy": {8: float("nan"), 12: 2951.3}})[0] == 2951.3 / 1475.652345
+    nan_and_one = {("pretrain", 0): float("nan"), ("text_methods", 0): 2951.3}
+    assert pace(cells, {"autlearn_accuracy": nan_and_one})[0] == 2951.3 / 1475.652345
 
 
 def test_a_notebook_skipped_or_failed_sets_no_pace(tmp_path):

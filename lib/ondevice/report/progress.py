@@ -3,7 +3,9 @@
 The previous run of a scale left each notebook's per-cell wall times in results/<scale>/timings.csv
 (report/timings.py). While a notebook runs, papermill saves its executed copy in the staging
 directory after every cell, so the cells finished so far are known: a notebook's time left is the
-recorded time of its unfinished cells, less what the running cell has spent already. Overall, the
+recorded time of its unfinished cells, less what the running cell has spent already. A cell is
+known by its stage and how many cells of that stage come before it (`timings.stage_of`), not by
+its position, so a cell added to a notebook since the recorded run shifts no other cell's time. Overall, the
 notebooks that run together share `at_once` lanes (their time left is divided by the lanes) and
 those that measure time run afterwards, alone. A notebook with no recorded time has no estimate,
 and the line says so rather than guessing.
@@ -23,39 +25,54 @@ from pathlib import Path
 
 import pandas as pd
 
+from .timings import stage_of
+
+Cell = tuple[str, int]  # (stage, how many earlier code cells of the notebook have that stage)
+
 PACE_BASIS_S = 30.0  # recorded seconds of finished cells before their pace scales the estimates:
 # a few short set-up cells (imports vary by seconds with the disk cache) say little about the pace
 
 
-def recorded(scale_dir: Path) -> dict[str, dict[int, float]]:
-    """notebook -> {cell index: seconds} from scale_dir/timings.csv; {} when there is none."""
+def recorded(scale_dir: Path) -> dict[str, dict[Cell, float]]:
+    """notebook -> {cell: seconds} from scale_dir/timings.csv; {} when there is none."""
     try:
         times = pd.read_csv(scale_dir / "timings.csv")
     except (OSError, ValueError):
         return {}
-    if not {"notebook", "cell", "seconds"} <= set(times.columns):
+    if not {"notebook", "cell", "stage", "seconds"} <= set(times.columns):
         return {}
-    times = times.dropna(subset=["seconds"])
-    return {
-        str(name): {int(c): float(s) for c, s in zip(rows.cell, rows.seconds)}
-        for name, rows in times.groupby("notebook")
-    }
+    out = {}
+    for name, rows in times.sort_values(["notebook", "cell"]).groupby("notebook"):
+        keys = _keys(rows.stage.astype(str).tolist())
+        out[str(name)] = {k: float(s) for k, s in zip(keys, rows.seconds) if s == s}
+    return out
 
 
-def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[int, float], float] | None:
-    """The finished code cells of a notebook papermill executed or is executing (cell index ->
-    seconds, NaN when papermill gave none), and the seconds the running cell has taken so far;
-    None when the copy is missing or half-written (read it again later)."""
+def _keys(stages: list[str]) -> list[Cell]:
+    seen: dict[str, int] = {}
+    keys = []
+    for stage in stages:
+        keys.append((stage, seen.get(stage, 0)))
+        seen[stage] = seen.get(stage, 0) + 1
+    return keys
+
+
+def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, float], float] | None:
+    """The finished code cells of a notebook papermill executed or is executing (cell -> seconds,
+    NaN when papermill gave none), and the seconds the running cell has taken so far; None when
+    the copy is missing or half-written (read it again later)."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8")).get("cells", [])
     except (OSError, ValueError):
         return None
     now = now or datetime.now(timezone.utc)
+    code = [c for c in cells if c.get("cell_type", "code") == "code"]
+    sources = ["".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "") for c in code]
     finished, running_for = {}, 0.0
-    for index, cell in enumerate(cells):
+    for key, cell in zip(_keys([stage_of(src) for src in sources]), code):
         meta = cell.get("metadata", {}).get("papermill", {})
         if meta.get("status") == "completed":
-            finished[index] = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
+            finished[key] = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
         elif meta.get("status") == "running" and meta.get("start_time"):
             try:
                 running_for = max(0.0, (now - datetime.fromisoformat(meta["start_time"])).total_seconds())
@@ -65,7 +82,7 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[int, f
 
 
 def seconds_left(
-    cells: dict[int, float] | None, progress: tuple[dict, float] | None, pace: float = 1.0
+    cells: dict[Cell, float] | None, progress: tuple[dict, float] | None, pace: float = 1.0
 ) -> float | None:
     """A notebook's estimated seconds left: its unfinished cells' recorded time times `pace` less
     the running cell's elapsed time (never below zero); None without a recorded time."""
@@ -75,7 +92,7 @@ def seconds_left(
     return max(0.0, pace * sum(s for c, s in cells.items() if c not in finished) - running_for)
 
 
-def pace(recorded_cells: dict[str, dict[int, float]], finished: dict[str, dict[int, float]]) -> tuple[float, int]:
+def pace(recorded_cells: dict[str, dict[Cell, float]], finished: dict[str, dict[Cell, float]]) -> tuple[float, int]:
     """This run's observed over recorded seconds of the cells it finished that have both (None while
     their recorded time is under PACE_BASIS_S), and how many cells that is."""
     pairs = [
@@ -100,7 +117,7 @@ class Progress:
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
         self.done: set[str] = set()
-        self.ran: dict[str, dict[int, float]] = {}  # notebook this run completed -> its cells' seconds
+        self.ran: dict[str, dict[Cell, float]] = {}  # notebook this run completed -> its cells' seconds
         self.began = clock()
 
     def plan(self) -> list[str]:
