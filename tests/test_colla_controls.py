@@ -215,17 +215,27 @@ def test_the_loss_readings_and_the_random_accuracy_reading_train_the_device_mode
         assert got["verdict"] == "passes" and got["steps_to_best"] > 0, (split, monitor, got)
 
 
-def test_the_stop_choice_reads_no_test_period_and_its_rule_takes_the_most_accurate_reading():
-    devices, p = planted(n_devices=2, n=60), params(seeds=1)
+def test_the_setting_choice_reads_no_test_period_and_its_rule_takes_the_most_accurate_triple():
+    devices, p = planted(n_devices=2, n=60), params(seeds=1, rate_grid=(0.02, 0.2))
     before = {u: d.part.copy() for u, d in devices.data.devices.items()}
     for d in devices.data.devices.values():  # the test period (part 2) is unreadable: its labels become -5
         d.y[d.part == 2] = -5
-    choice = controls.stop_choice(p, devices, log=lambda *a: None)
-    assert len(choice) == len(common.CLIENT_SPLITS) * len(common.CLIENT_MONITORS)
+    choice = controls.setting_choice(p, devices, log=lambda *a: None)
+    assert len(choice) == 2 * len(common.CLIENT_SPLITS) * len(common.CLIENT_MONITORS)
     assert choice["model accuracy"].between(0, 1).all() and (choice["Markov accuracy"] > 0.6).all()
     assert all((d.part == before[u]).all() for u, d in devices.data.devices.items())
+    # the rate is what the fits ran with: a tenfold rate moves the model (same seed, same data)
+    by_rate = choice.set_index(["split", "monitor", "rate"])["steps_to_best"]
+    assert (by_rate.xs(0.02, level="rate") != by_rate.xs(0.2, level="rate")).any()
     frame = lambda accs: pd.DataFrame(  # noqa: E731
-        {"split": ["latest", "latest", "random", "random"], "monitor": ["loss", "accuracy"] * 2, "model accuracy": accs}
+        {
+            "rate": [0.01] * 4 + [0.1] * 4,
+            "split": ["latest", "latest", "random", "random"] * 2,
+            "monitor": ["loss", "accuracy"] * 4,
+            "model accuracy": accs,
+        }
     )
-    assert controls.chosen_stop(frame([0.25, 0.27, 0.26, 0.29])) == ("random", "accuracy")
-    assert controls.chosen_stop(frame([0.27, 0.27, 0.26, 0.2])) == ("latest", "loss")  # ties: the earlier
+    assert controls.chosen_setting(frame([0.25, 0.27, 0.26, 0.2, 0.2, 0.2, 0.29, 0.2])) == (0.1, "random", "loss")
+    assert controls.chosen_setting(frame([0.2, 0.2, 0.2, 0.28, 0.28, 0.2, 0.2, 0.2])) == (0.01, "random", "accuracy")
+    ties = frame([0.27, 0.27, 0.26, 0.2, 0.27, 0.2, 0.2, 0.2])
+    assert controls.chosen_setting(ties) == (0.01, "latest", "loss")  # ties: the earlier

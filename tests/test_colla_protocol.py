@@ -83,19 +83,6 @@ def test_client_update_trains_for_real_and_reports_its_steps():
     assert fit["best_validation_loss"] < common.mean_cross_entropy(rt.device_model, *val) - 0.1  # it moved
 
 
-def test_the_rate_rule_takes_the_lowest_median_validation_loss():
-    choice = pd.DataFrame(
-        {"rate": [0.01, 0.01, 0.01, 0.1, 0.1, 0.1], "best_validation_loss": [1.0, 5.0, 1.2, 0.9, 3.0, 3.0]}
-    )
-    assert protocol.chosen_rate(choice) == 0.01  # medians 1.2 vs 3.0 (the single lowest fit does not decide)
-
-
-def test_validation_devices_are_spread_over_the_uids():
-    params = colla.Params.for_scale("smoke", validation_devices=3)
-    devices = devices_of(*(device(f"{k:03d}", [1], [2], [1]) for k in range(9)))
-    assert protocol.validation_devices(params, devices) == ["000", "003", "006"]
-
-
 def test_a_warm_started_fit_whose_epochs_all_score_worse_keeps_its_start():
     params = colla.Params.for_scale("smoke", history=HISTORY, learning_rate=0.05, cloud_patience=3)
     model = mrnn.build(params.cloud_config(6), 4)

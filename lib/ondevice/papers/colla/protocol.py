@@ -10,7 +10,6 @@ whose data crosses to the cloud). Colla's devices and cloud exchange only parame
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -267,43 +266,6 @@ def last_period(devices: Devices) -> tuple[np.ndarray, np.ndarray]:
     c = devices.data.rule.cycles
     taken = [devices.samples(u, [c + 1], known_by=c) for u in devices.uids]
     return np.concatenate([x for x, _ in taken]), np.concatenate([y for _, y in taken])
-
-
-def validation_devices(params: CollaParams, devices: Devices) -> list[str]:
-    """Every k-th device (uid order), `validation_devices` of them: the devices settings are chosen on."""
-    step = max(1, len(devices.uids) // params.validation_devices)
-    return devices.uids[::step][: params.validation_devices]
-
-
-def rate_choice(params: CollaParams, devices: Devices, boot: Bootstrapped, log=print) -> pd.DataFrame:
-    """Client-update learning rates compared on the validation devices' cycle-1 data only (no test
-    period is read): for each rate in `rate_grid`, DT (from scratch) and DT-ws (from the first pull)
-    train until the held-out fifth of cycle 1 plateaus. The rule, fixed before looking: the rate with
-    the lowest median best validation loss over both methods' fits. One row per fit."""
-    seed, rows = params.seed, []
-    pull = boot.pull[seed].weights
-    for rate in params.rate_grid:
-        rt = Runtime(dataclasses.replace(params, device_learning_rate=rate), devices)
-        init = mrnn.build(params.device_config(devices.places), streams.tf_seed(seed, "init/device")).get_weights()
-        init[-1] = np.zeros_like(init[-1])
-        empty = np.full(params.device_slots, -1, np.int64)
-        for uid in validation_devices(params, devices):
-            x, y = devices.samples(uid, [1], known_by=1, places_only=True)
-            for method, start, columns in (
-                ("DT", DeviceState(init, empty), None),
-                ("DT-ws", DeviceState(common.customise(pull, init), empty), (pull[-2], pull[-1])),
-            ):
-                _, fit = client_update(rt, rt.plain, start, x, y, columns, seed, f"rate/{method}/{uid}")
-                if fit["epochs"]:
-                    rows.append({"rate": rate, "method": method, "device": uid} | fit)
-        losses = [r["best_validation_loss"] for r in rows if r["rate"] == rate]
-        log(f"rate {rate}: median best validation loss {np.median(losses):.3f} over {len(losses)} fits")
-    return pd.DataFrame(rows)
-
-
-def chosen_rate(choice: pd.DataFrame) -> float:
-    """The rule of `rate_choice`: the lowest median best validation loss."""
-    return float(choice.groupby("rate")["best_validation_loss"].median().idxmin())
 
 
 def baselines(devices: Devices, uid: str, cycle: int, pooled: Markov, tx: np.ndarray) -> dict[str, np.ndarray]:

@@ -4,7 +4,8 @@ beside non-neural baselines on the same splits.
 
 Stages (one notebook section each, called where they live): `common.load_devices`,
 `controls.input_choice` (what every model reads, chosen on held-out training data),
-`common.bootstrap` (stage 1 cloud model and stage 2 first pull, cached), `protocol.rate_choice`,
+`common.bootstrap` (stage 1 cloud model and stage 2 first pull, cached), `controls.setting_choice`
+(the client update's rate and stopping rule, chosen on held-out training data),
 `protocol.run_cycles` (per cycle every method's client update on the cycle's data, the test on the
 next cycle's, and Colla's cloud update with model grouping), `run_controls` (the known-answer
 controls) and `controls.data_scale`, `variant`, `conclude`. Tables and figures are in `report`.
@@ -24,10 +25,8 @@ from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, boo
 from ondevice.papers.colla.protocol import (
     METHODS,
     SeedRun,
-    chosen_rate,
     cycles_table,
     groups_table,
-    rate_choice,
     run_cycles,
 )
 from ondevice.papers.colla.report import (
@@ -106,20 +105,18 @@ def per_seed(params: Params, last: pd.DataFrame, groups: pd.DataFrame) -> dict[s
 
 @dataclass
 class Checks:
-    """The run's measurements beside Table 1, each None when not run: the client-update rate, the
-    inputs and the client stopping rule chosen on held-out training data, the controls, the
+    """The run's measurements beside Table 1, each None when not run: the client update's setting
+    (rate and stopping rule) and the inputs chosen on held-out training data, the controls, the
     data-scale probe, the other reading of the task."""
 
-    rate: pd.DataFrame | None = None
+    setting: pd.DataFrame | None = None
     inputs: pd.DataFrame | None = None
     control: pd.DataFrame | None = None
     scale: pd.DataFrame | None = None
     other: pd.DataFrame | None = None
-    stop: pd.DataFrame | None = None
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        named = {"rate_choice": self.rate, "input_choice": self.inputs, "controls": self.control}
-        named |= {"stop_choice": self.stop}
+        named = {"setting_choice": self.setting, "input_choice": self.inputs, "controls": self.control}
         named |= {"data_scale": self.scale}
         if self.control is not None:
             named["controls_summary"] = controls.summary(self.control)
@@ -131,9 +128,10 @@ class Checks:
     def notes(self) -> dict:
         checked = None if self.control is None else controls.summary(self.control)
         return {
-            "device_learning_rate_measured": None if self.rate is None else chosen_rate(self.rate),
             "inputs_measured": None if self.inputs is None else controls.chosen_inputs(self.inputs),
-            "client_stop_measured": None if self.stop is None else ", ".join(controls.chosen_stop(self.stop)),
+            "client_setting_measured": None
+            if self.setting is None
+            else dict(zip(controls.SETTING, controls.chosen_setting(self.setting))),
             "controls": None
             if checked is None
             else {f"{r.control}, {r.inputs}": r.verdict for r in checked.itertuples()},
@@ -215,11 +213,10 @@ def run(params: Params, log=print) -> record.Result:
     devices = load_devices(params, log)
     inputs = controls.input_choice(params, devices, log)
     boot = bootstrap(params, devices, log)
-    rate = rate_choice(params, devices, boot, log)
-    stop = controls.stop_choice(params, devices, log)
+    setting = controls.setting_choice(params, devices, log)
     runs = run_cycles(params, devices, boot, log)
     control = run_controls(params, devices, runs, log)
     scale = controls.data_scale(params, devices, log)
     other = variant(params, log) if params.sequence_variant else None
-    checks = Checks(rate, inputs, control, scale, other, stop)
+    checks = Checks(setting, inputs, control, scale, other)
     return conclude(params, devices, boot, runs, time.perf_counter() - start, checks)
