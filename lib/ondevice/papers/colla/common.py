@@ -566,17 +566,18 @@ def logits(model, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     return np.concatenate([fn(x[i : i + batch_size]).numpy() for i in range(0, len(x), batch_size)])
 
 
+def _cross_entropy(z: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.mean(log_softmax(z, axis=-1)[np.arange(len(y)), y]))
+
+
 def mean_cross_entropy(model, x: np.ndarray, y: np.ndarray) -> float:
-    return float(-np.mean(log_softmax(logits(model, x), axis=-1)[np.arange(len(y)), y]))
+    return _cross_entropy(logits(model, x), y)
 
 
 def validation_scores(model, x: np.ndarray, y: np.ndarray) -> dict:
     """Mean cross-entropy and top-1 error (the share of labels that are not the first choice)."""
     z = logits(model, x)
-    return {
-        "validation_loss": float(-np.mean(log_softmax(z, axis=-1)[np.arange(len(y)), y])),
-        "validation_error": float(np.mean(np.argmax(z, axis=-1) != y)),
-    }
+    return {"validation_loss": _cross_entropy(z, y), "validation_error": float(np.mean(np.argmax(z, axis=-1) != y))}
 
 
 def fit_until_plateau(
