@@ -30,6 +30,21 @@ def test_trains_once_then_reuses_the_same_weights(cache):
     assert second.info["history"] == [{"epoch": 1, "loss": 0.5}] and second.info["train_seconds"] >= 0
 
 
+def test_a_reused_entry_prints_what_its_training_printed(cache, capsys):
+    """A run that finds its model prints the same lines as the run that trained it (the notebooks'
+    same-seed test compares the two line by line)."""
+
+    def train():
+        print("epoch 1/2 loss 0.9")
+        print("epoch 2/2 loss 0.5", end="")
+        return [np.zeros(2)], {}
+
+    model_cache.load_or_train("m", {}, [], "c", train, log=lambda _: None)
+    trained = capsys.readouterr().out
+    entry = model_cache.load_or_train("m", {}, [], "c", train, log=lambda _: None)
+    assert entry.hit and trained == "epoch 1/2 loss 0.9\nepoch 2/2 loss 0.5" == capsys.readouterr().out
+
+
 @pytest.mark.parametrize("change", [dict(fields={"units": 5}), dict(data=["abd"]), dict(code="code2")])
 def test_any_change_of_fields_data_or_code_trains_again(cache, change):
     calls = []

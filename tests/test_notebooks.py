@@ -4,6 +4,7 @@
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -335,14 +336,13 @@ SANITY = {
 
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def smoke_run(request, tmp_path_factory, smoke_data):
-    results = tmp_path_factory.mktemp("results")
+    results, models = tmp_path_factory.mktemp("results"), tmp_path_factory.mktemp("models")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reproduce, "RESULTS", results)
-        # an empty model cache of its own: what this run prints (training or not) must not depend
-        # on which notebooks ran before it; the determinism re-run starts from an empty one too
-        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
+        # an empty model cache of its own, so this run trains every global model it uses
+        mp.setenv("ONDEVICE_MODEL_CACHE", str(models))
         status = reproduce.run_notebook(request.param, "smoke", {})
-    return request.param, results, status
+    return request.param, results, status, models
 
 
 def test_committed_notebook_is_parameterised_and_has_no_outputs():
@@ -356,7 +356,7 @@ def test_committed_notebook_is_parameterised_and_has_no_outputs():
 
 
 def test_smoke_run_writes_complete_results(smoke_run):
-    notebook, results, status = smoke_run
+    notebook, results, status, _ = smoke_run
     assert status == "complete"
     out = results / "smoke" / notebook.stem
     assert (out / f"{notebook.stem}.ipynb").is_file() and (out / f"{notebook.stem}.html").stat().st_size > 10_000
@@ -387,15 +387,18 @@ def test_smoke_run_writes_complete_results(smoke_run):
 
 
 def test_rerun_with_same_code_and_parameters_is_skipped(smoke_run):
-    notebook, results, _ = smoke_run
+    notebook, results, _, _ = smoke_run
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reproduce, "RESULTS", results)
         assert reproduce.run_notebook(notebook, "smoke", {}) == "skipped"
 
 
 def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkeypatch):
-    """Re-execute the executed notebook with pytest-notebook and diff it against the first run."""
-    notebook, results, _ = smoke_run
+    """Re-execute the executed notebook with pytest-notebook and diff it against the first run.
+    The re-run finds the global models the first run trained (in a copy of its cache), so it also
+    shows that a cached model changes no printed line and no table (the cache prints the training
+    log again); that training itself is deterministic is test_training's."""
+    notebook, results, _, models = smoke_run
     out = results / "smoke" / notebook.stem
     executed = nbformat.read(out / f"{notebook.stem}.ipynb", as_version=4)
     rerun_dir = tmp_path / "rerun"
@@ -406,14 +409,21 @@ def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkey
     path = tmp_path / notebook.name
     nbformat.write(executed, path)
     text = ("/cells/*/outputs/*/text", "/cells/*/outputs/*/data/text/plain")
+    # whether a global model came from the cache is the one thing that differs by design (tables
+    # show it); its True/False (and a plain table's padding before it) is left out of the diff
+    cached = [
+        ("/cells/*/outputs/*/data/text/plain", r" *\b(True|False)\b"),
+        ("/cells/*/outputs/*/data/text/html", r"(?<=<td>)(True|False)(?=</td>)"),
+    ]
     volatile = [
         r"(?m)^.*(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|[EWI]0000 |absl::InitializeLog).*\n?",  # TF start-up logs
         r"\(\d+\.\d+ steps/s\)",
         r"\d+\.\d+ ?m?s\b",
         r"written to \S+",
         r"(?m)^\[model cache\].*\n?",
+        r"__inference_\w+",  # TensorFlow numbers traced functions in order: fewer before a cached model
     ]
-    # a fresh model cache, so the re-run trains (and prints) exactly what the first run did
+    shutil.copytree(models, tmp_path / "models")
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
     fixture = NBRegressionFixture(
         exec_timeout=900,
@@ -425,17 +435,17 @@ def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkey
             "/cells/*/outputs/*/data/image/png",
             "/cells/*/outputs/*/data/image/svg+xml",
         ),
-        diff_replace=tuple((p, rx, "") for p in text for rx in volatile),
+        diff_replace=tuple((p, rx, "") for p in text for rx in volatile) + tuple((p, rx, "") for p, rx in cached),
     )
     fixture.check(str(path))
     for first in (out / "tables").glob("*.csv"):
         a, b = pd.read_csv(first), pd.read_csv(rerun_dir / "tables" / first.name)
-        keep = [c for c in a.columns if not TIMING.search(c)]
+        keep = [c for c in a.columns if not TIMING.search(c) and c != "from_cache"]
         pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=True)
 
 
 def test_bad_parameter_fails_clearly_and_keeps_the_previous_result(smoke_run):
-    notebook, results, _ = smoke_run
+    notebook, results, _, _ = smoke_run
     out = results / "smoke" / notebook.stem
     before = (out / "run.json").read_bytes()
     with pytest.MonkeyPatch.context() as mp:

@@ -4,6 +4,9 @@ The key is a hash of everything that decides the trained weights: the fields tha
 model and its training, the checksums of the data it reads and the source of the code that
 trains it (as a syntax tree: reformatting, comments and docstrings do not count). Any change to
 one of them is a different key, so a stale model is never reused.
+What training printed is stored with the model and printed again when the entry is reused, so a
+run prints the same lines whether it trained its global models or found them (a published notebook
+shows the training that made its model; a re-run can be compared line for line with the first).
 Entries live in `ONDEVICE_MODEL_CACHE` (default ~/.cache/ondevice-models), one directory each,
 written to a temporary directory and renamed into place, so an interrupted training leaves no
 entry that looks complete; a lock file per entry keeps two processes from training the same key.
@@ -15,9 +18,11 @@ import ast
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 import time
@@ -120,14 +125,19 @@ def _load_or_train(name, fields, data, code, train, log, key: str, path: Path) -
     if (path / "info.json").is_file():
         try:
             entry = _read(path, key)
-            log(f"[model cache] {name}: reusing {path} (trained {entry.info.get('trained_at', '?')})")
+            trained = entry.info.get("trained_at", "?")
+            log(f"[model cache] {name}: reusing {path} (trained {trained}); its training printed:")
+            sys.stdout.write(entry.info.get("printed", ""))
             return entry
         except (OSError, ValueError, KeyError) as exc:  # unreadable entry: train again, replace it
             log(f"[model cache] {name}: entry {path} is unreadable ({exc}); training again")
     start = time.perf_counter()
-    weights, info = train()
+    printed = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(printed):
+        weights, info = train()
     info = {
         **info,
+        "printed": printed.text.getvalue(),
         "key": key,
         "fields": fields,
         "data": data,
@@ -146,6 +156,20 @@ def _load_or_train(name, fields, data, code, train, log, key: str, path: Path) -
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"[model cache] {name}: trained in {info['train_seconds']:.0f}s, stored in {path}")
     return Entry(key, path, weights, info, hit=False)
+
+
+class _Tee(io.TextIOBase):
+    """Writes go to the stream as before and are kept, so the entry can print them again."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.text.write(s)
+        return self.stream.write(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def cached_train(
