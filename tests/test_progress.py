@@ -169,3 +169,30 @@ def test_a_notebook_skipped_or_failed_sets_no_pace(tmp_path):
     progress = Progress(tmp_path, ["autlearn_accuracy", "deeptype_online_latency"], [], at_once=1)
     progress.finished("autlearn_accuracy")  # skipped: its copy (were it there) is an earlier run's
     assert progress.ran == {} and "about 0.6 min left overall (recorded times," in progress.line()
+
+
+def test_a_cold_run_counts_the_training_of_missing_global_models_once_and_a_warm_run_does_not(tmp_path):
+    """a trained entry e (600 s) in its `train` cell, b reused it; the estimate adds e's training
+    only while e is missing from the cache, once (a's cell: the first to use it), whichever run
+    the record comes from."""
+    rows = [("a", 1, "train", 700.0, 600.0, "e=600"), ("a", 2, "report", 5.0, 0.0, "")]
+    rows += [("b", 1, "load", 50.0, 0.0, "e=600 f=30"), ("b", 2, "fit", 100.0, 0.0, "")]
+    columns = ["notebook", "cell", "stage", "seconds", "trained_s", "models"]
+    pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "timings.csv", index=False)
+    assert recorded(tmp_path)["a"] == {("train", 0): 100.0, ("report", 0): 5.0}  # the warm part
+    for cache, total in (({"e", "f"}, 255.0), ({"f"}, 855.0), (set(), 885.0)):
+        progress = Progress(tmp_path, [], ["a", "b"], at_once=1)
+        progress.cached = lambda entry, cache=cache: entry in cache
+        plan = progress.plan()
+        assert f"about {total / 60:.1f} min in all" in plan[-1]
+        assert ("training global models not in the cache" in plan[0]) == ("e" not in cache)
+    # a finished cell of this run that trained a model counts for the pace without that training
+    trained = "[model cache] toy: trained in 600s, stored in /cache/e\n"
+    staged = _staged(tmp_path, "a", ["completed", "running"], datetime.now(timezone.utc), {0: 700.0})
+    nb = json.loads(staged.read_text())
+    nb["cells"][0]["source"], nb["cells"][0]["outputs"] = (
+        "exp.train(p)",
+        [{"output_type": "stream", "name": "stdout", "text": trained}],
+    )
+    staged.write_text(json.dumps(nb))
+    assert cells_done(staged)[0] == {("train", 0): 100.0}

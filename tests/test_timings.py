@@ -4,9 +4,11 @@ import json
 import os
 
 import nbformat
+import numpy as np
 import pandas as pd
 
 from ondevice.report import timings
+from ondevice.training import model_cache
 
 
 def executed(path, cells):
@@ -39,3 +41,28 @@ def test_breakdown_per_notebook_and_stage_is_written_and_printed(tmp_path):
     assert len(times) == 4 and any("a " in line and "0.6 min  (2 at once, 1 thread)" in line for line in lines)
     assert any(line.strip().startswith("[timings]   b") and line.endswith("min") for line in lines)  # no run.json
     assert f"{os.cpu_count()} cores" in lines[0]
+
+
+def test_a_cells_model_cache_lines_give_the_training_it_did_and_the_entries_it_used(tmp_path, monkeypatch, capsys):
+    """The lines the real model cache prints when it trains an entry and when it reuses one."""
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    clock = iter([10.0, 135.0])  # the training took 125 s
+    monkeypatch.setattr(model_cache.time, "perf_counter", lambda: next(clock))
+    train = lambda: ([np.zeros(2)], {})  # noqa: E731
+    entry = model_cache.load_or_train("toy", {"a": 1}, [], "code", train).path.name
+    trained = capsys.readouterr().out
+    model_cache.load_or_train("toy", {"a": 1}, [], "code", train)
+    reused = capsys.readouterr().out
+    cell = lambda text: {"outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}  # noqa: E731
+    assert timings.cell_models(cell(trained)) == (125.0, {entry: 125.0})
+    assert timings.cell_models(cell(reused)) == (0.0, {entry: 125.0})  # used, trained by an earlier run
+    assert timings.cell_models(cell("[model cache] toy: trained in soon")) == (0.0, {})
+    executed(tmp_path / "a" / "a.ipynb", [("m = exp.train(p)", 130.0), ("exp.report(m)", 1.5)])
+    nb = nbformat.read(tmp_path / "a" / "a.ipynb", as_version=4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=trained)]
+    nbformat.write(nb, tmp_path / "a" / "a.ipynb")
+    stored = timings.report(tmp_path, log=lambda _: None)
+    assert list(stored.trained_s) == [125.0, 0.0] and list(stored.models) == [f"{entry}=125", ""]
+    lines = []
+    timings.report(tmp_path, log=lines.append)
+    assert "95% training global models" in lines[0] and "a" in lines[1] and "95% training global models" in lines[1]

@@ -10,6 +10,13 @@ notebooks that run together share `at_once` lanes (their time left is divided by
 those that measure time run afterwards, alone. A notebook with no recorded time has no estimate,
 and the line says so rather than guessing.
 
+A run with global models to train takes longer than one that finds them in the model cache. The
+record says which cells trained or reused which cache entries and how long each took to train
+(`timings.cell_models`); the estimate counts a cell's recorded time without the training it did,
+plus the training time of each entry it uses that is not in the cache now (once in the run: the
+first notebook that needs a missing entry trains it, the others find it). So a cold run's estimate
+holds after a warm run's record, and the other way round.
+
 Before the run, `plan` lists each notebook's recorded time. This machine or this load may run
 faster or slower than the recorded run: once the cells this run finished have at least
 `PACE_BASIS_S` of recorded time, every estimate is scaled by their observed over recorded time.
@@ -25,7 +32,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .timings import stage_of
+from ..training import model_cache
+from .timings import cell_models, stage_of
 
 Cell = tuple[str, int]  # (stage, how many earlier code cells of the notebook have that stage)
 
@@ -34,18 +42,37 @@ PACE_BASIS_S = 30.0  # recorded seconds of finished cells before their pace scal
 
 
 def recorded(scale_dir: Path) -> dict[str, dict[Cell, float]]:
-    """notebook -> {cell: seconds} from scale_dir/timings.csv; {} when there is none."""
+    """notebook -> {cell: seconds without the global-model training it did} from
+    scale_dir/timings.csv; {} when there is none."""
+    return {name: {c: s for c, (s, _) in cells.items()} for name, cells in _record(scale_dir).items()}
+
+
+def recorded_models(scale_dir: Path) -> dict[str, dict[Cell, dict[str, float]]]:
+    """notebook -> {cell: {model-cache entry: seconds its training took}} of the entries each cell used."""
+    return {name: {c: m for c, (_, m) in cells.items() if m} for name, cells in _record(scale_dir).items()}
+
+
+def _record(scale_dir: Path) -> dict[str, dict[Cell, tuple[float, dict[str, float]]]]:
     try:
         times = pd.read_csv(scale_dir / "timings.csv")
     except (OSError, ValueError):
         return {}
     if not {"notebook", "cell", "stage", "seconds"} <= set(times.columns):
         return {}
+    trained = times.get("trained_s", pd.Series(0.0, index=times.index)).fillna(0.0)
+    models = times.get("models", pd.Series("", index=times.index)).fillna("").astype(str)
+    times = times.assign(warm=times.seconds - trained, models=models.map(_entries))
     out = {}
     for name, rows in times.sort_values(["notebook", "cell"]).groupby("notebook"):
         keys = _keys(rows.stage.astype(str).tolist())
-        out[str(name)] = {k: float(s) for k, s in zip(keys, rows.seconds) if s == s}
+        out[str(name)] = {k: (float(w), m) for k, w, m in zip(keys, rows.warm, rows.models) if w == w}
     return out
+
+
+def _entries(text: str) -> dict[str, float]:
+    """ "entry=seconds entry=seconds" (timings.csv's models column) as a dict."""
+    pairs = (item.rpartition("=") for item in text.split())
+    return {entry: float(s) for entry, _, s in pairs if entry and s.replace(".", "", 1).isdigit()}
 
 
 def _keys(stages: list[str]) -> list[Cell]:
@@ -58,9 +85,9 @@ def _keys(stages: list[str]) -> list[Cell]:
 
 
 def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, float], float] | None:
-    """The finished code cells of a notebook papermill executed or is executing (cell -> seconds,
-    NaN when papermill gave none), and the seconds the running cell has taken so far; None when
-    the copy is missing or half-written (read it again later)."""
+    """The finished code cells of a notebook papermill executed or is executing (cell -> seconds
+    without the global-model training they did, NaN when papermill gave none), and the seconds the
+    running cell has taken so far; None when the copy is missing or half-written (read it again later)."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8")).get("cells", [])
     except (OSError, ValueError):
@@ -71,8 +98,9 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, 
     finished, running_for = {}, 0.0
     for key, cell in zip(_keys([stage_of(src) for src in sources]), code):
         meta = cell.get("metadata", {}).get("papermill", {})
-        if meta.get("status") == "completed":
-            finished[key] = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
+        if meta.get("status") == "completed":  # seconds without the global-model training it did
+            duration = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
+            finished[key] = duration - cell_models(cell)[0]
         elif meta.get("status") == "running" and meta.get("start_time"):
             try:
                 running_for = max(0.0, (now - datetime.fromisoformat(meta["start_time"])).total_seconds())
@@ -82,14 +110,37 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, 
 
 
 def seconds_left(
-    cells: dict[Cell, float] | None, progress: tuple[dict, float] | None, pace: float = 1.0
+    cells: dict[Cell, float] | None,
+    progress: tuple[dict, float] | None,
+    pace: float = 1.0,
+    cold: dict[Cell, float] | None = None,
 ) -> float | None:
-    """A notebook's estimated seconds left: its unfinished cells' recorded time times `pace` less
-    the running cell's elapsed time (never below zero); None without a recorded time."""
+    """A notebook's estimated seconds left: its unfinished cells' recorded time, plus `cold` (the
+    training of global models they need that the cache lacks), times `pace`, less the running
+    cell's elapsed time (never below zero); None without a recorded time."""
     if not cells:
         return None
     finished, running_for = progress or ({}, 0.0)
-    return max(0.0, pace * sum(s for c, s in cells.items() if c not in finished) - running_for)
+    left = sum(s + (cold or {}).get(c, 0.0) for c, s in cells.items() if c not in finished)
+    return max(0.0, pace * left - running_for)
+
+
+def cold_seconds(order: list[str], models: dict[str, dict[Cell, dict[str, float]]], cached) -> dict:
+    """notebook -> {cell: seconds of training of the entries it uses that `cached(entry)` says are
+    missing}, each missing entry counted once, at its first use in `order`."""
+    counted, out = set(), {}
+    for name in order:
+        for cell, entries in models.get(name, {}).items():
+            missing = {e: s for e, s in entries.items() if e not in counted and not cached(e)}
+            counted |= set(missing)
+            if missing:
+                out.setdefault(name, {})[cell] = sum(missing.values())
+    return out
+
+
+def in_cache(entry: str) -> bool:
+    """Whether the model cache holds `entry` (a directory with a complete entry)."""
+    return (model_cache.cache_root() / entry / "info.json").is_file()
 
 
 def pace(recorded_cells: dict[str, dict[Cell, float]], finished: dict[str, dict[Cell, float]]) -> tuple[float, int]:
@@ -116,6 +167,8 @@ class Progress:
         self.scale_dir, self.at_once, self.clock = scale_dir, max(1, at_once), clock
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
+        self.models = recorded_models(scale_dir)
+        self.cached = in_cache
         self.done: set[str] = set()
         self.ran: dict[str, dict[Cell, float]] = {}  # notebook this run completed -> its cells' seconds
         self.began = clock()
@@ -124,12 +177,15 @@ class Progress:
         """Before the run: each notebook's recorded time ("no record" when it has none) and the total."""
         source, lines = f"{self.scale_dir.name}/timings.csv", []
         after = ", afterwards" if self.together else ""
+        cold = cold_seconds(self.together + self.alone, self.models, self.cached)
         for group, how in ((self.together, f"{self.at_once} at a time"), (self.alone, f"alone{after}")):
             for name in group:
-                cells = self.cells.get(name)
+                cells, train = self.cells.get(name), sum(cold.get(name, {}).values())
                 recorded_s = f"{_minutes(sum(cells.values()))} recorded" if cells else "no record"
+                recorded_s += f" + {_minutes(train)} training global models not in the cache" if train else ""
                 lines.append(f"[progress] plan: {name:<28} {recorded_s} ({how})")
-        total, unknown = self._total({n: seconds_left(self.cells.get(n), None) for n in self.together + self.alone})
+        names = self.together + self.alone
+        total, unknown = self._total({n: seconds_left(self.cells.get(n), None, cold=cold.get(n)) for n in names})
         if unknown == len(self.together) + len(self.alone):
             return [*lines, f"[progress] plan: no estimate: no recorded time in {source}"]
         return [*lines, f"[progress] plan: about {_minutes(total)} in all from {source}" + _unknown(unknown)]
@@ -158,11 +214,9 @@ class Progress:
             n: cells_done(c) for n in self.together + self.alone if n not in self.done and (c := self._staged(n))
         }
         speed, cells = pace(self.cells, self.ran | {n: p[0] for n, p in running.items() if p is not None})
-        left = {
-            n: seconds_left(self.cells.get(n), running.get(n), speed or 1.0)
-            for n in self.together + self.alone
-            if n not in self.done
-        }
+        names = [n for n in self.together + self.alone if n not in self.done]
+        cold = cold_seconds(names, self.models, self.cached)
+        left = {n: seconds_left(self.cells.get(n), running.get(n), speed or 1.0, cold.get(n)) for n in names}
         parts = []
         for name in running:
             if left[name] is None:

@@ -14,6 +14,7 @@ import ast
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -43,8 +44,24 @@ def stage_of(source: str) -> str:
     return first[:60] or "(comment)"
 
 
+# the model cache's lines (training/model_cache.py): an entry this cell trained, or one it reused
+TRAINED = re.compile(r"^\[model cache\] \S+: trained in (\d+)s, stored in (\S+)\s*$", re.M)
+REUSED = re.compile(r"^\[model cache\] \S+: reusing (\S+) \(trained [^)]*? in (\d+)s\)", re.M)
+
+
+def cell_models(cell: dict) -> tuple[float, dict[str, float]]:
+    """The seconds a cell spent training global models (entries it stored), and every model-cache
+    entry it trained or reused -> the seconds its training took: a cold run's extra time is known
+    even from a warm run's record (report/progress.py)."""
+    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    trained = {Path(p).name: float(s) for s, p in TRAINED.findall(text)}
+    used = {Path(p).name: float(s) for p, s in REUSED.findall(text)} | trained
+    return sum(trained.values()), used
+
+
 def notebook_stages(path: Path) -> list[dict]:
-    """One row per code cell of an executed notebook: its stage and papermill's wall seconds."""
+    """One row per code cell of an executed notebook: its stage, papermill's wall seconds, the
+    seconds of global-model training in them and the model-cache entries it used (`cell_models`)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     rows = []
     for index, cell in enumerate(nb.get("cells", [])):
@@ -59,6 +76,8 @@ def notebook_stages(path: Path) -> list[dict]:
                 "cell": index,
                 "stage": stage_of(source),
                 "seconds": float(seconds) if seconds is not None else float("nan"),
+                "trained_s": (models := cell_models(cell))[0],
+                "models": " ".join(f"{entry}={s:.0f}" for entry, s in models[1].items()),
             }
         )
     return rows
@@ -68,7 +87,7 @@ def table(scale_dir: Path) -> pd.DataFrame:
     """Every completed notebook of a results tree (results/<scale>/<name>/<name>.ipynb)."""
     rows = [r for p in sorted(scale_dir.glob("*/*.ipynb")) if p.stem == p.parent.name for r in notebook_stages(p)]
     if not rows:
-        return pd.DataFrame(columns=["notebook", "cell", "stage", "seconds"])
+        return pd.DataFrame(columns=["notebook", "cell", "stage", "seconds", "trained_s", "models"])
     return pd.DataFrame(rows)
 
 
@@ -94,12 +113,15 @@ def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
         log(f"[timings] no executed notebooks in {scale_dir}")
         return times
     per_notebook = times.groupby("notebook").seconds.sum().sort_values(ascending=False)
+    trained = times.groupby("notebook").trained_s.sum()
+    share = lambda s, t: f", {t / s:.0%} training global models" if t and s else ""  # noqa: E731
     log(
         f"[timings] {scale_dir.name} on {machine()}: {per_notebook.sum() / 60:.1f} min in {len(per_notebook)} notebooks"
-        " (notebooks run at once overlap: the wall time is less)"
+        f"{share(per_notebook.sum(), trained.sum())} (notebooks run at once overlap: the wall time is less)"
     )
     for name, seconds in per_notebook.items():
-        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min{_at_once(scale_dir / name / 'run.json')}")
+        how = _at_once(scale_dir / name / "run.json")
+        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min{share(seconds, trained[name])}{how}")
     log(f"[timings] slowest stages (all in {scale_dir / 'timings.csv'}):")
     for row in times.nlargest(top, "seconds").itertuples():
         log(f"[timings]   {row.notebook:<28} {row.stage:<32} {row.seconds / 60:6.1f} min")

@@ -125,8 +125,9 @@ def _load_or_train(name, fields, data, code, train, log, key: str, path: Path) -
     if (path / "info.json").is_file():
         try:
             entry = _read(path, key)
-            trained = entry.info.get("trained_at", "?")
-            log(f"[model cache] {name}: reusing {path} (trained {trained}); its training printed:")
+            trained, seconds = entry.info.get("trained_at", "?"), entry.info.get("train_seconds")
+            took = f" in {seconds:.0f}s" if isinstance(seconds, (int, float)) else ""
+            log(f"[model cache] {name}: reusing {path} (trained {trained}{took}); its training printed:")
             sys.stdout.write(entry.info.get("printed", ""))
             return entry
         except (OSError, ValueError, KeyError) as exc:  # unreadable entry: train again, replace it
