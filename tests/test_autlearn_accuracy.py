@@ -1,6 +1,7 @@
 """AutLearn A1/A2: FedAvg against the pooled gradient step, and the experiment's parameters."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import tensorflow as tf
 import tf_keras as keras
@@ -384,3 +385,45 @@ def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_with_t
     assert (
         "+1.0%" in why["CloudTrain beats FedAvg (LSTM)"].text and "+20.0%" in why["CloudTrain beats FedAvg (LSTM)"].text
     )
+
+
+# ---- the cloud baselines' runs are stored: an interrupted notebook resumes ----------------------------
+
+
+def test_a_finished_baseline_run_is_stored_and_reused_and_changed_data_trains_again(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    params, rng = exp.Params.for_scale("smoke"), np.random.default_rng(0)
+    images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 62, n).astype(np.int32))  # noqa: E731
+    clients = {f"c{i}": images(12) for i in range(3)}
+    holdout = cloud_baselines.holdout_loss("image", common.Validation(("v",), {"v": images(8)}, {"v": images(4)}))
+    init = keras.initializers.GlorotUniform(seed=0)
+    model = keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(62, kernel_initializer=init)]
+    )
+    start = model.get_weights()
+
+    def runs():
+        fed = fedavg_baseline.train(params, "image", model, start, clients, holdout, 0, 1, 0.1, print)
+        fed_weights = model.get_weights()
+        model.set_weights(start)
+        cloud = cloud_baselines.cloud_train(params, "image", model, start, clients["c0"], holdout, 0, print)
+        return fed, fed_weights, cloud, model.get_weights()
+
+    first = runs()
+    assert "reusing" not in capsys.readouterr().out
+    model.set_weights(start)
+    again = runs()
+    printed = capsys.readouterr().out
+    assert (
+        "[model cache] autlearn_fedavg: reusing" in printed and "[model cache] autlearn_cloudtrain: reusing" in printed
+    )
+    for curve, reused in ((first[0], again[0]), (first[2], again[2])):
+        assert pd.DataFrame(curve).equals(pd.DataFrame(reused))  # NaN where a round was not scored, in both
+        assert all(type(p["kept"]) is bool for p in reused) and sum(p["kept"] for p in reused) == 1
+    for weights, reused in ((first[1], again[1]), (first[3], again[3])):
+        assert all(np.array_equal(a, b) for a, b in zip(weights, reused))
+    assert not np.array_equal(first[1][0], start[0])  # the stored weights are the run's, not the start
+    clients["c1"][1][0] = (clients["c1"][1][0] + 1) % 62  # one label of one client changed: a new run
+    fedavg_baseline.train(params, "image", model, start, clients, holdout, 0, 1, 0.1, print)
+    assert "reusing" not in capsys.readouterr().out
+    assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 2 and len(list(tmp_path.glob("autlearn_cloudtrain-*"))) == 1

@@ -5,6 +5,7 @@ stopping rule on the validation users' data, and the on-device step's runs on au
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -14,11 +15,12 @@ from ondevice import streams
 from ondevice.data import femnist
 from ondevice.data.typing_samples import batch_indices
 from ondevice.models import mobilenet_v1
-from ondevice.papers.autlearn import common
+from ondevice.papers.autlearn import cached_runs, common
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.protocol import PersonalTrainer, score, task
 from ondevice.papers.autlearn.techniques.fedavg import fedavg
 from ondevice.tasks.next_word import masked_cross_entropy
+from ondevice.training.bucketing import EqualLength
 from ondevice.training.trainer import Plateau, Trainer
 
 
@@ -34,7 +36,7 @@ def holdout_loss(kind: str, validation: common.Validation):
     parts = [part[u] for u in validation.users for part in (validation.train, validation.test)]
     if kind == "image":
         pooled = tuple(np.concatenate([p[i] for p in parts]) for i in (0, 1))
-        return lambda model: {"holdout_loss": common.image_task().evaluate(model, pooled)["loss"]}
+        return Holdout(lambda model: {"holdout_loss": common.image_task().evaluate(model, pooled)["loss"]}, parts)
 
     batches = [samples.padded(idx) for samples in parts for idx in batch_indices(samples, 256, None)]
     spec = [tf.TensorSpec([None, None], tf.int32)] * 2
@@ -46,7 +48,18 @@ def holdout_loss(kind: str, validation: common.Validation):
         sums = np.array([[float(v) for v in compiled[id(model)](x, y)] for x, y in batches])
         return {"holdout_loss": float(sums[:, 0].sum() / sums[:, 1].sum())}
 
-    return text_loss
+    return Holdout(text_loss, parts)
+
+
+class Holdout:
+    """`holdout_loss`'s score (model -> {"holdout_loss": ...}) and the digest of the data it reads,
+    which keys the stored runs that stop on it (`cached_runs`)."""
+
+    def __init__(self, score, parts: list):
+        self.score, self.digest = score, cached_runs.digest(parts)
+
+    def __call__(self, model) -> dict:
+        return self.score(model)
 
 
 def _point(step: int, examples: int, total: int, train_loss: float, row: dict) -> dict:
@@ -68,6 +81,22 @@ def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng
     history = trainer.fit(data, max_epochs, batch_size, rng, log, label, evaluate, stop, evaluate_first=True)
     points = [_point(r["epoch"], r["epoch"] * total, total, r["loss"], r) for r in history]
     return _ended(points, "epoch", history.best_epoch, history.plateau, max_epochs)
+
+
+def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed: int, log) -> list[dict]:
+    """CloudTrain: every layer by Adam on the pooled training data from `start` to its plateau
+    (`converge_cloud`), the kept weights left in `model`; stored in the model cache (`cached_runs`)."""
+    (rate, epochs, batch), stop = params.cloud(kind), params.plateau("CloudTrain")
+    trainer = Trainer(model, task(params, kind), rate, "adam", hooks=[EqualLength()] if kind == "text" else [])
+    rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODEL_NAMES[kind]}"
+
+    def run():
+        trainer.reset(start)
+        return converge_cloud(trainer, pooled, epochs, batch, rng, holdout, stop, log, label)
+
+    setting = dict(kind=kind, seed=seed, learning_rate=rate, epochs=epochs, batch=batch, stop=asdict(stop))
+    data = [cached_runs.digest(start), cached_runs.digest(pooled), holdout.digest]
+    return cached_runs.curve_run("autlearn_cloudtrain", setting, data, model, run, cloud_train, log)[0]
 
 
 def converge_fedavg(

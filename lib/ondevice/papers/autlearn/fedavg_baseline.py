@@ -20,13 +20,14 @@ any run) of CloudTrain's; if it does not, FedAvg (or its setting) is wrong, what
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.autlearn import cloud_baselines, common, protocol, report
+from ondevice.papers.autlearn import cached_runs, cloud_baselines, common, protocol, report
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
 from ondevice.training import selection
@@ -89,13 +90,19 @@ def clients_together(params, kind: str, model, learning_rate: float, clients: in
 def train(params, kind: str, model, start, clients: dict, holdout, seed: int, local_epochs: int, rate: float, log):
     """FedAvg from `start` over `clients` to its plateau (the preset's rounds and clients per round);
     its curve, each point with the setting. The client draws follow `seed` and the kind only, so
-    every client set and candidate is drawn alike."""
+    every client set and candidate is drawn alike. A run is stored in the model cache
+    (`cached_runs`; `holdout`: the `Holdout` the plateau watches)."""
     (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
     trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
     fed = (rounds, per_round, local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
-    rule = dict(evaluate=holdout, stop=params.plateau("FedAvg"), evaluate_every=params.fedavg_evaluate_every, log=log)
+    stop, every = params.plateau("FedAvg"), params.fedavg_evaluate_every
+    rule = dict(evaluate=holdout, stop=stop, evaluate_every=every, log=log)
     rule["together"] = clients_together(params, kind, model, rate, per_round)
-    curve = cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)
+    setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
+    setting |= dict(batch=batch, stop=asdict(stop), every=every, together=rule["together"] is not None)
+    data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
+    run = lambda: cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)  # noqa: E731
+    curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, train, log)
     return [p | dict(local_epochs=local_epochs, client_rate=rate) for p in curve]
 
 

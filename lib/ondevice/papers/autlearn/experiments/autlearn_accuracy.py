@@ -35,8 +35,7 @@ from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, f
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
 from ondevice.report.conclusion import Conclusion, effect_row, wide
-from ondevice.training.bucketing import EqualLength
-from ondevice.training.trainer import Plateau, Trainer, seed_everything
+from ondevice.training.trainer import Plateau, seed_everything
 
 NAME = "autlearn_accuracy"
 PRE, AUT, CLOUD, CUSTOM, FED = "pre-trained (public only)", "AutLearn", "CloudTrain", "CloudCustomize", "FedAvg"
@@ -161,9 +160,7 @@ def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], 
 
 def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, log):
     rows, history, (model, start) = [], [], (pre.model, pre.weights)
-    task, (lr, epochs, batch) = protocol.task(params, kind), params.cloud(kind)
-    step = protocol.PersonalTrainer(params, kind, model)
-    cloud = Trainer(model, task, lr, "adam", hooks=[EqualLength()] if kind == "text" else [])
+    task, step = protocol.task(params, kind), protocol.PersonalTrainer(params, kind, model)
     holdout = cloud_baselines.holdout_loss(kind, data.validation)
 
     def record_(method, users, weights=None, on_device=None):
@@ -190,13 +187,8 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
 
     # CloudTrain: all layers on the pooled training data to the plateau, then CloudCustomize per user
-    cloud.reset(start if params.cloud_init == "public" else cloud_baselines.scratch_weights(params, kind, data, seed))
-    rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODELS[kind]}"
-    rule = dict(evaluate=holdout, stop=params.plateau(CLOUD))
-    curve(
-        CLOUD,
-        cloud_baselines.converge_cloud(cloud, data.pooled_train(), epochs, batch, rng, log=log, label=label, **rule),
-    )
+    begin = start if params.cloud_init == "public" else cloud_baselines.scratch_weights(params, kind, data, seed)
+    curve(CLOUD, cloud_baselines.cloud_train(params, kind, model, begin, data.pooled_train(), holdout, seed, log))
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
     chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
     custom = protocol.PersonalTrainer(chosen, kind, model)

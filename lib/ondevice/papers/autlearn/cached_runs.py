@@ -1,0 +1,65 @@
+"""The cloud baselines' runs (CloudTrain per seed, every FedAvg run of the grid and of the seeds) in
+the model cache. autlearn_accuracy's runs take hours at default, more than one sitting: with each
+finished run stored, an interrupted notebook resumes from the runs it finished, and a re-run with
+nothing changed trains nothing again.
+
+A run is keyed by its setting (`fields`), the digests of its start weights, of its training data and
+of the data its plateau watches, and the code that trains it (`cloud_baselines` and what it imports,
+and the caller's function); its entry holds the weights the run leaves in the model (the kept
+epoch's or round's) and its convergence curve, and prints the run's log again when reused."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+import numpy as np
+
+from ondevice.training import model_cache
+
+CODE = ("ondevice.papers.autlearn.cloud_baselines",)
+
+
+def digest(data) -> str:
+    """sha256 of training data as the baselines hold it: a `Samples` set (its own digest), an
+    array, a tuple or list of them, or a dict of them (by sorted key); shapes and dtypes count."""
+    h = hashlib.sha256()
+    _update(h, data)
+    return h.hexdigest()
+
+
+def _update(h, data) -> None:
+    if hasattr(data, "digest"):
+        h.update(b"samples" + data.digest().encode())
+    elif isinstance(data, np.ndarray):
+        h.update(f"array{data.shape}{data.dtype}".encode() + np.ascontiguousarray(data).tobytes())
+    elif isinstance(data, dict):
+        for key in sorted(data):
+            h.update(f"key{key!r}".encode())
+            _update(h, data[key])
+    elif isinstance(data, (list, tuple)):
+        h.update(f"seq{len(data)}".encode())
+        for item in data:
+            _update(h, item)
+    else:
+        raise TypeError(f"cannot digest {type(data).__name__}")
+
+
+def _plain(value):
+    """A curve value as JSON keeps it (numpy scalars as Python's: a numpy bool would come back a string)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def curve_run(name: str, fields: dict, data: list[str], model, run: Callable[[], list[dict]], source, log=print):
+    """`run()` (a convergence run that leaves its kept weights in `model` and returns its curve),
+    or its stored entry: the model is left with the run's weights either way; returns the curve and
+    whether it came from the cache. `fields` must hold every setting of the run, `data` the digests
+    of its start weights and data (`digest`), `source` the caller's function."""
+
+    def train():
+        curve = run()
+        return model.get_weights(), {"curve": [{k: _plain(v) for k, v in p.items()} for p in curve]}
+
+    entry = model_cache.cached_train(name, fields, data, CODE, train, log, sources=(source,))
+    model.set_weights(entry.weights)
+    return entry.info["curve"], entry.hit
