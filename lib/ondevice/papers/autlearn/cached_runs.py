@@ -45,6 +45,12 @@ def _update(h, data) -> None:
         raise TypeError(f"cannot digest {type(data).__name__}")
 
 
+def model_fields(params, kind: str) -> dict:
+    """What shapes a kind's model beyond its weights' shapes (which `digest` of the start covers):
+    MobileNet's input size (its resizing layer has no weights); the LSTM has nothing else."""
+    return {"image_size": params.image_size} if kind == "image" else {}
+
+
 def _plain(value):
     """A curve value as JSON keeps it (numpy scalars as Python's: a numpy bool would come back a string)."""
     return value.item() if isinstance(value, np.generic) else value

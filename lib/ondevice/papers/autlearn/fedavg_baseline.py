@@ -100,6 +100,7 @@ def train(params, kind: str, model, start, clients: dict, holdout, seed: int, lo
     rule["together"] = clients_together(params, kind, model, rate, per_round)
     setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
     setting |= dict(batch=batch, stop=asdict(stop), every=every, together=rule["together"] is not None)
+    setting |= cached_runs.model_fields(params, kind)
     data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
     run = lambda: cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)  # noqa: E731
     curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, train, log)
