@@ -482,3 +482,35 @@ def test_retraining_control_holds_at_the_chosen_rate_and_fails_at_a_destructive_
     # ties go to the smaller rate
     flat = retraining.Cloud(lambda m: 0.5, lambda m: (0.5, 0.5), lambda m, rate, tag: None)
     assert retraining.choose_rate(model, flat, [0.3, 0.1, 0.2], log=lambda *_: None)[0] == 0.1
+
+
+def test_a_stored_retraining_pass_replays_its_weights_and_any_other_input_trains_again(monkeypatch, tmp_path):
+    """autlearn_cost resumes: a pass from the same weights, rate and tag is read back, not trained;
+    other start weights (a pruned model), another rate or another tag (the epoch's draw) train."""
+    from ondevice.papers.autlearn import cached_runs
+
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    passes = []
+
+    def retrain(model, rate, tag=""):  # a real Adam epoch on fixed data, as the cloud's re-training
+        passes.append((rate, tag))
+        x, y = tokens(), tokens()
+        model.compile(keras.optimizers.Adam(rate), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y % 30, epochs=1, verbose=0, shuffle=False)
+
+    stored = cached_runs.stored_pass("retrain_test", {"kind": "text"}, ["data"], ("ondevice.streams",), retrain)
+    model = small_lstm()
+    start = model.get_weights()
+    stored(model, 0.01, "epoch/1")
+    trained = model.get_weights()
+    model.set_weights(start)
+    stored(model, 0.01, "epoch/1")
+    assert passes == [(0.01, "epoch/1")] and all(np.array_equal(a, b) for a, b in zip(trained, model.get_weights()))
+    assert not np.array_equal(trained[0], start[0])
+    stored(model, 0.01, "epoch/2")  # from the trained weights, the next epoch's draw
+    model.set_weights(start)
+    stored(model, 0.02, "epoch/1")
+    pruned = pruning.prune(small_lstm(), "lstm_2", [0, 1])
+    stored(pruned, 0.01, "epoch/1")
+    assert passes[1:] == [(0.01, "epoch/2"), (0.02, "epoch/1"), (0.01, "epoch/1")]
+    assert len(list(tmp_path.glob("retrain_test-*"))) == 4

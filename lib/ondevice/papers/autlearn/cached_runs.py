@@ -1,7 +1,8 @@
-"""The cloud baselines' runs (CloudTrain per seed, every FedAvg run of the grid and of the seeds) in
-the model cache. autlearn_accuracy's runs take hours at default, more than one sitting: with each
-finished run stored, an interrupted notebook resumes from the runs it finished, and a re-run with
-nothing changed trains nothing again.
+"""AutLearn's long training in the model cache: the cloud baselines' runs (CloudTrain per seed,
+every FedAvg run of the grid and of the seeds; `curve_run`) and every re-training pass of
+autlearn_cost's compressions (`stored_pass`). Both notebooks take hours at default, more than one
+sitting: with each finished run or pass stored, an interrupted notebook resumes from what it
+finished, and a re-run with nothing changed trains nothing again.
 
 A run is keyed by its setting (`fields`), the digests of its start weights, of its training data and
 of the data its plateau watches, and the code that trains it (`cloud_baselines` and what it imports,
@@ -11,6 +12,7 @@ epoch's or round's) and its convergence curve, and prints the run's log again wh
 from __future__ import annotations
 
 import hashlib
+import inspect
 from typing import Callable
 
 import numpy as np
@@ -69,3 +71,25 @@ def curve_run(name: str, fields: dict, data: list[str], model, run: Callable[[],
     entry = model_cache.cached_train(name, fields, data, CODE, train, log, sources=(source,))
     model.set_weights(entry.weights)
     return entry.info["curve"], entry.hit
+
+
+def stored_pass(name: str, fields: dict, data: list[str], modules: tuple[str, ...], retrain: Callable) -> Callable:
+    """`retrain(model, rate, tag)`, one re-training pass in place (a fresh optimizer each pass, so
+    its result depends only on the model's weights, `rate`, `tag`, `fields` and `data`), with every
+    pass stored under those and the code of `modules` and of `retrain`: a resumed run replays the
+    passes it finished. Quiet: the passes are the caller's to report."""
+    from ondevice.report import provenance
+
+    files = [f for m in modules for f in provenance.module_files(m)]
+    code = model_cache.code_digest(files, extra=inspect.getsource(retrain))  # once, not per pass
+
+    def stored(model, rate: float, tag: str = "") -> None:
+        def train():
+            retrain(model, rate, tag)
+            return model.get_weights(), {}
+
+        keyed = fields | dict(rate=rate, tag=tag, start=digest(model.get_weights()))
+        entry = model_cache.load_or_train(name, keyed, data, code, train, log=lambda *_, **__: None)
+        model.set_weights(entry.weights)
+
+    return stored

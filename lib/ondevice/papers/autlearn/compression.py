@@ -14,7 +14,7 @@ from ondevice import streams
 from ondevice.data import femnist
 from ondevice.data.typing_samples import Samples
 from ondevice.models import svd_compression
-from ondevice.papers.autlearn import common, retraining
+from ondevice.papers.autlearn import cached_runs, common, retraining
 from ondevice.papers.autlearn.common import LAST_LAYER, MODEL_NAMES
 from ondevice.papers.autlearn.protocol import setting
 from ondevice.papers.autlearn.retraining import Cloud
@@ -82,7 +82,10 @@ def cloud_text(params, text: common.TextData) -> Cloud:
         trainer.fit(sub, params.retrain_epochs, params.pretrain_batch_size, rng)
 
     scores = lambda model: (evaluate(model), common.score_text(model, selection, params.k)["top1"])
-    return Cloud(evaluate, scores, retrain)
+    data = [text.public_train.digest()]
+    return Cloud(
+        evaluate, scores, cached_runs.stored_pass("autlearn_retrain", _fields(params, "text"), data, CODE, retrain)
+    )
 
 
 def cloud_image(params, images: common.ImageData, writers) -> Cloud:
@@ -110,7 +113,18 @@ def cloud_image(params, images: common.ImageData, writers) -> Cloud:
         trainer.fit((f(train[0]), train[1]), params.cloud_head_epochs, s.batch_size, rng)
         return tuple(float((head(f(p[0]), training=False).numpy().argmax(-1) == p[1]).mean()) for p in parts)
 
-    return Cloud(lambda model: scores(model, (test,))[0], scores, retrain)
+    stored = cached_runs.stored_pass(
+        "autlearn_retrain", _fields(params, "image"), [cached_runs.digest(train)], CODE, retrain
+    )
+    return Cloud(lambda model: scores(model, (test,))[0], scores, stored)
+
+
+CODE = ("ondevice.papers.autlearn.compression",)  # the code a stored re-training pass is keyed by
+
+
+def _fields(params, kind: str) -> dict:
+    """Every parameter, so a stored re-training pass is never reused under another setting."""
+    return {"kind": kind, **{k: v for k, v in vars(params).items() if not k.startswith("_")}}
 
 
 def _head_copy(model: keras.Model, name: str) -> keras.Model:
