@@ -14,6 +14,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.data import per_user_text
+from ondevice.engine.stage import resumable
 from ondevice.papers.deeptype import common, protocol, report, step_size
 from ondevice.report import claims
 from ondevice.report.conclusion import diagnose as with_diagnosis
@@ -110,6 +111,7 @@ BESIDE = (
 )
 
 
+@resumable("sensitivity")
 def run(params, corpora: dict, rows: list[dict], before: str, after: str, log=print, also=BESIDE, reading=None) -> dict:
     """The sensitivity table and what its switched-back runs cost, as tables of the result; `also`:
     (name, condition) pairs of the main rows shown beside them when the run has that condition;

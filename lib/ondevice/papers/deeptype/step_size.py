@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.engine.stage import resumable
 from ondevice.papers.deeptype import common, planted, protocol
 
 READINGS = ("continued", "restarted")
@@ -74,6 +75,7 @@ def _validation(params, corpus, models, reading: str, dose: float) -> dict:
     }
 
 
+@resumable("step_size")
 def select(params, corpus, models: common.GlobalModels, log=print) -> tuple[str, pd.DataFrame]:
     """Both readings on the validation users, unplanted and planted at `planted_dose_star`; the RULE's
     choice and the table (one row per reading and dose, the chosen reading marked)."""

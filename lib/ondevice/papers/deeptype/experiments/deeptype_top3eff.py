@@ -20,6 +20,7 @@ import pandas as pd
 from ondevice import engine, streams
 from ondevice.data.per_user_text import Corpus, load_corpus
 from ondevice.device import parity
+from ondevice.engine.stage import resumable
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
 from ondevice.papers.deeptype import common, more_training, own_vocab, planted, protocol, report, sensitivity, step_size
@@ -91,6 +92,7 @@ def train_globals(params: Params, corpora: dict[str, Corpus], log=print) -> dict
     return {name: train_global(params, corpus, log) for name, corpus in corpora.items()}
 
 
+@resumable("select_personal")
 def select_personal(params: Params, corpora: dict[str, Corpus], models: dict[str, GlobalModels], log=print):
     """The tuned deviation: the personal configuration best on the validation users (`protocol.select`,
     crowd global model of the first seed), from SGD and fresh-state Adam candidates."""
@@ -160,12 +162,14 @@ def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None,
     return rows
 
 
+@resumable("control")
 def control(params: Params, corpora: dict, models: dict, reading: str, log=print) -> list[dict]:
     """The paper's control (`more_training`): the crowd model trained on for five personal epochs of the median user."""
     rates = step_size.schedules(params, models["crowd"], reading)
     return more_training.run(params, corpora["crowd"], models["crowd"], rates, _row, CONTROL, log)
 
 
+@resumable("planted_control")
 def planted_control(params: Params, corpora: dict, models: dict, reading: str, rows: list, log=print) -> dict:
     """The planted-signal control on the test users (`planted.control`); dose 0 is the main rows."""
     main = sensitivity.from_rows(report.rows_table(rows), G_CROWD, P_CROWD, "main")
