@@ -25,6 +25,7 @@ faster or slower than the recorded run: once the cells this run finished have at
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from datetime import datetime, timezone
@@ -32,7 +33,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..training import model_cache
 from .timings import cell_models, stage_of
 
 Cell = tuple[str, int]  # (stage, how many earlier code cells of the notebook have that stage)
@@ -139,8 +139,10 @@ def cold_seconds(order: list[str], models: dict[str, dict[Cell, dict[str, float]
 
 
 def in_cache(entry: str) -> bool:
-    """Whether the model cache holds `entry` (a directory with a complete entry)."""
-    return (model_cache.cache_root() / entry / "info.json").is_file()
+    """Whether the model cache holds `entry` (a directory with a complete entry). Its root as
+    `training.model_cache.cache_root` gives it, not imported: the training package imports this one."""
+    root = Path(os.environ.get("ONDEVICE_MODEL_CACHE", Path.home() / ".cache" / "ondevice-models"))
+    return (root / entry / "info.json").is_file()
 
 
 def pace(recorded_cells: dict[str, dict[Cell, float]], finished: dict[str, dict[Cell, float]]) -> tuple[float, int]:
