@@ -71,7 +71,7 @@ def cloud_text(params, text: common.TextData) -> Cloud:
     if not len(rest):
         raise ValueError("'validation_samples' leaves no held-out public sample to choose the re-training rate on")
     selection = subset(rest, params.retrain_selection_samples, streams.rng(params.seed, "autlearn-cost/selection"))
-    evaluate = lambda model: common.score_text(model, holdout, params.k)["top1"]
+    evaluate = lambda model: common.top1_text(model, holdout)
 
     def retrain(model, rate: float, tag: str = ""):
         """One re-training pass; a `tag` (the SVD's rank and epoch) draws its own public samples."""
@@ -81,7 +81,7 @@ def cloud_text(params, text: common.TextData) -> Cloud:
         rng = streams.rng(params.seed, "autlearn-cost/retrain")
         trainer.fit(sub, params.retrain_epochs, params.pretrain_batch_size, rng)
 
-    scores = lambda model: (evaluate(model), common.score_text(model, selection, params.k)["top1"])
+    scores = lambda model: (evaluate(model), common.top1_text(model, selection))
     data = [text.public_train.digest()]
     return Cloud(
         evaluate, scores, cached_runs.stored_pass("autlearn_retrain", _fields(params, "text"), data, CODE, retrain)

@@ -105,7 +105,7 @@ class PersonalTrainer:
     def _top1(self, model, test) -> float:
         """Top-1 of the trained model (images: the head on the features) on `test`."""
         if self.kind == "text":
-            return common.score_text(model, test, self.k)["top1"]
+            return common.top1_text(model, test)
         return self.trainer.task.evaluate(model, test)["accuracy"]
 
 
