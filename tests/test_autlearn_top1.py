@@ -1,6 +1,9 @@
 """`common.top1_text` runs the softmax at one position per sample; it must count the same hits as
 the full forward pass, read at that position (the definition it replaces)."""
 
+import gc
+import weakref
+
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
@@ -40,5 +43,11 @@ def test_top1_at_one_position_matches_the_full_forward_pass():
         m.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         m.fit(x, y, epochs=8, batch_size=64, verbose=0)
         expected = full_forward_top1(m, samples)
-        assert expected > 0.05, expected
+        assert 0 < expected < 1, expected
         assert common.top1_text(m, samples, batch_size=37) == expected
+        # its parts are kept per model (traced once), and not past the model's life
+        assert common._last_position_parts(m) is common._last_position_parts(m)
+    gone = weakref.ref(model)
+    del model, m
+    gc.collect()
+    assert gone() is None

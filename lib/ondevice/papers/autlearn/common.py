@@ -27,6 +27,7 @@ Data at each scale (the paper: the 10% of users with the most data, for both dat
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm, mobilenet_v1
 from ondevice.params import Params
+from ondevice.tasks import inference
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.tasks.next_word import NextWordTask, position_scores
 from ondevice.training.bucketing import EqualLength
@@ -407,25 +409,31 @@ def top1_text(model, samples: Samples, batch_size: int = 256) -> float:
     is typed, is the first suggestion (<unk> never counts as right, as a keyboard cannot show it).
     The softmax runs at that one position of each sample, not at all of them: it is most of the
     forward pass, and the budget checks of a compression search call this hundreds of times."""
-    last = max(i for i, layer in enumerate(model.layers) if isinstance(layer, keras.layers.RNN))
-    features, head = keras.Model(model.inputs, model.layers[last].output), model.layers[last + 1 :]
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32)])
-    def logits_at(x, at):
-        h = tf.gather(features(x, training=False), at, batch_dims=1)
-        for layer in head:
-            h = layer(h, training=False)
-        return h[:, None, :]
-
-    hits, with_context = 0, np.flatnonzero(samples.n_context > 0)
+    features, head = _last_position_parts(model)
+    forward, hits, with_context = inference(features), 0, np.flatnonzero(samples.n_context > 0)
     for start in range(0, len(with_context), batch_size):
         idx = with_context[start : start + batch_size]
         x, y = samples.padded(idx)
         at = samples.n_context[idx] - 1
-        logits = logits_at(np.asarray(x, np.int32), np.asarray(at, np.int32))
-        hit, _ = position_scores(logits, tf.constant(y[np.arange(len(idx)), at][:, None]), tf.constant(1))
+        h = tf.gather(forward(x), at, batch_dims=1)
+        for layer in head:
+            h = layer(h, training=False)
+        hit, _ = position_scores(h[:, None, :], tf.constant(y[np.arange(len(idx)), at][:, None]), tf.constant(1))
         hits += int(hit.numpy().sum())
     return hits / len(with_context) if len(with_context) else float("nan")
+
+
+_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _last_position_parts(model) -> tuple[keras.Model, list]:
+    """(the model up to its last recurrent layer, the layers after it), once per model, so its
+    forward pass is traced once (`tasks.inference`) however often it is scored."""
+    parts = _PARTS.get(model)
+    if parts is None:
+        last = max(i for i, layer in enumerate(model.layers) if isinstance(layer, keras.layers.RNN))
+        parts = _PARTS[model] = (keras.Model(model.inputs, model.layers[last].output), model.layers[last + 1 :])
+    return parts
 
 
 # ---- images -----------------------------------------------------------------------------------
