@@ -28,6 +28,14 @@ def low_rank_head(model, rank: int) -> keras.Model:
     return keras.Model(model.inputs, keras.layers.Dense(model.output_shape[-1], name="softmax_v")(x))
 
 
+def sharing_layers(model) -> keras.Model:
+    """A second model made of the same layers (as a pruned copy keeps the layers it does not cut)."""
+    x = tokens = keras.Input((None,), dtype="int32")
+    for layer in model.layers[1:]:
+        x = layer(x)
+    return keras.Model(tokens, x)
+
+
 def test_top1_at_one_position_matches_the_full_forward_pass():
     rng = np.random.default_rng(0)
     words = ["".join(rng.choice(list("abcdefgh"), 3)) for _ in range(40)]
@@ -45,6 +53,7 @@ def test_top1_at_one_position_matches_the_full_forward_pass():
         expected = full_forward_top1(m, samples)
         assert 0 < expected < 1, expected
         assert common.top1_text(m, samples, batch_size=37) == expected
+        assert common.top1_text(sharing_layers(m), samples) == expected
         # its parts are kept per model (traced once), and not past the model's life
         assert common._last_position_parts(m) is common._last_position_parts(m)
     gone = weakref.ref(model)

@@ -431,8 +431,13 @@ def _last_position_parts(model) -> tuple[keras.Model, list]:
     forward pass is traced once (`tasks.inference`) however often it is scored."""
     parts = _PARTS.get(model)
     if parts is None:
-        last = max(i for i, layer in enumerate(model.layers) if isinstance(layer, keras.layers.RNN))
-        parts = _PARTS[model] = (keras.Model(model.inputs, model.layers[last].output), model.layers[last + 1 :])
+        # walked back from this model's output: a layer shared with another model (a pruned copy)
+        # has an output per model, and `layer.output` is the first model's
+        tensor, head = model.outputs[0], []
+        while not isinstance(tensor._keras_history.layer, keras.layers.RNN):
+            layer, node = tensor._keras_history.layer, tensor._keras_history.node_index
+            tensor, head = layer._inbound_nodes[node].keras_inputs[0], [layer, *head]
+        parts = _PARTS[model] = (keras.Model(model.inputs, tensor), head)
     return parts
 
 
