@@ -73,15 +73,19 @@ def curve_run(name: str, fields: dict, data: list[str], model, run: Callable[[],
     return entry.info["curve"], entry.hit
 
 
-def stored_pass(name: str, fields: dict, data: list[str], modules: tuple[str, ...], retrain: Callable) -> Callable:
+def stored_pass(
+    name: str, fields: dict, data: list[str], modules: tuple[str, ...], retrain: Callable, helpers: tuple = ()
+) -> Callable:
     """`retrain(model, rate, tag)`, one re-training pass in place (a fresh optimizer each pass, so
     its result depends only on the model's weights, `rate`, `tag`, `fields` and `data`), with every
-    pass stored under those and the code of `modules` and of `retrain`: a resumed run replays the
-    passes it finished. Quiet: the passes are the caller's to report."""
+    pass stored under those and the code a pass runs: `modules`, `retrain` and the `helpers` it
+    calls. Scoring and reporting code is not in the key, so changing it keeps the stored passes. A
+    resumed run replays the passes it finished. Quiet: the passes are the caller's to report."""
     from ondevice.report import provenance
 
     files = [f for m in modules for f in provenance.module_files(m)]
-    code = model_cache.code_digest(files, extra=inspect.getsource(retrain))  # once, not per pass
+    sources = "".join(inspect.getsource(f) for f in (retrain, *helpers))
+    code = model_cache.code_digest(files, extra=sources)  # once, not per pass
 
     def stored(model, rate: float, tag: str = "") -> None:
         def train():

@@ -84,7 +84,11 @@ def cloud_text(params, text: common.TextData) -> Cloud:
     scores = lambda model: (evaluate(model), common.top1_text(model, selection))
     data = [text.public_train.digest()]
     return Cloud(
-        evaluate, scores, cached_runs.stored_pass("autlearn_retrain", _fields(params, "text"), data, CODE, retrain)
+        evaluate,
+        scores,
+        cached_runs.stored_pass(
+            "autlearn_retrain", _fields(params, "text"), data, CODE, retrain, (subset, _apart, _take)
+        ),
     )
 
 
@@ -114,12 +118,23 @@ def cloud_image(params, images: common.ImageData, writers) -> Cloud:
         return tuple(float((head(f(p[0]), training=False).numpy().argmax(-1) == p[1]).mean()) for p in parts)
 
     stored = cached_runs.stored_pass(
-        "autlearn_retrain", _fields(params, "image"), [cached_runs.digest(train)], CODE, retrain
+        "autlearn_retrain", _fields(params, "image"), [cached_runs.digest(train)], CODE, retrain, (common.image_task,)
     )
     return Cloud(lambda model: scores(model, (test,))[0], scores, stored)
 
 
-CODE = ("ondevice.papers.autlearn.compression",)  # the code a stored re-training pass is keyed by
+# The code a stored re-training pass runs, and is keyed by (with `retrain` and its helpers): the
+# training loop, the tasks' losses, the models' layers and the pruned copies' construction.
+CODE = (
+    "ondevice.training.trainer",
+    "ondevice.training.bucketing",
+    "ondevice.tasks.next_word",
+    "ondevice.tasks.classification",
+    "ondevice.streams",
+    "ondevice.models.lstm_lm",
+    "ondevice.models.mobilenet_v1",
+    "ondevice.papers.autlearn.techniques.pruning",
+)
 
 
 def _fields(params, kind: str) -> dict:
