@@ -5,12 +5,11 @@ Every cost is a ratio measured in one run, baseline and technique side by side, 
 epoch of AutLearn's on-device step (the last layer trains; every step runs the whole forward
 pass, as on the paper's phones), batch 16 for the LSTM and 1 and 16 for MobileNet:
 
-- Compression (cloud side, `compression.compress`): the paper's structured pruning searched to
-  `max_accuracy_drop` of held-out accuracy (the re-training's rate and known answer: `retraining`);
-  DeepType's SVD of the softmax, re-trained, at the smallest rank inside the same budget
-  (`techniques/svd_rank.py`); as our ablation, not compared with the paper's number,
-  tensorflow-model-optimization's weight magnitude pruning at the highest sparsity within it. Per compression:
-  work removed, accuracy lost, time saved (`compression.summary`); why SVD's time does not follow (`step_profile`).
+- Compression (cloud side, `compression.compress`; MobileNet re-trained on the cloud's images first): the
+  paper's structured pruning searched to `max_accuracy_drop` of held-out accuracy (re-training: `retraining`);
+  DeepType's SVD of the softmax, re-trained, at the smallest rank inside the budget (`techniques/svd_rank.py`);
+  our ablation, not compared with the paper's number: tensorflow-model-optimization's magnitude pruning.
+  Work removed, accuracy lost, time saved (`compression.summary`); why SVD's time does not follow (`step_profile`).
 - Compiler (`techniques/compiler.py`): the TensorFlow step (`tf.function`), the same step compiled
   by XLA (`jit_compile`) and the trainable TFLite file's `train` signature. The paper extended TVM
   with gradient operators and tuned it per phone; XLA and TFLite stand in for it here.
@@ -83,6 +82,7 @@ class Params(common.AutLearnParams):
     retrain_epochs: int = 1  # per re-training epoch: passes over its samples
     retrain_max_epochs: int = 10  # a pruning round re-trains to the selection plateau, at most this many epochs
     retrain_patience: int = 2  # epochs without a higher selection top-1 that end the plateau
+    adapt_max_epochs: int = 15  # MobileNet re-trains on the cloud's images before compression (retraining.adapt)
     validation_samples: int = 5000  # public held-out samples the LSTM's budget is judged on (0: all)
     cloud_head_epochs: int = 15  # MobileNet: the head fitted on the cloud writers to score a backbone
     svd_fractions: tuple[float, ...] = (0.5, 0.25, 0.125, 0.0625)  # softmax ranks tried (x hidden units), largest first
@@ -110,7 +110,7 @@ class Params(common.AutLearnParams):
         {
             "smoke": dict(text_users=3, cost_text_users=3, cost_image_users=3, cloud_writers=3, image_users=6)
             | dict(prune_step=0.2, prune_candidates=2, retrain_samples=500, validation_samples=500)
-            | dict(retrain_max_epochs=2, retrain_patience=1)
+            | dict(retrain_max_epochs=2, retrain_patience=1, adapt_max_epochs=2)
             | dict(cloud_head_epochs=3, svd_fractions=(0.25,), svd_retrain_epochs=2, sparsities=(0.5,), timing_steps=3)
             | dict(warmup_steps=1, timing_repeats=1, min_holdout_images=0, retrain_selection_samples=500)
             | dict(text_retrain_rates=(0.0006, 0.002), image_retrain_rates=(0.00015, 0.0005))
@@ -127,7 +127,7 @@ class Params(common.AutLearnParams):
         super().check()
         self.at_least(2, "cost_text_users", "cost_image_users")  # effects are paired over users
         self.at_least(1, "cloud_writers", "timing_steps", "timing_repeats", "retrain_epochs", "cloud_head_epochs")
-        self.at_least(1, "svd_retrain_epochs", "retrain_max_epochs", "retrain_patience")
+        self.at_least(1, "svd_retrain_epochs", "retrain_max_epochs", "retrain_patience", "adapt_max_epochs")
         self.at_least(1, "online_batch_size", "online_samples")
         self.at_least(0, "prune_candidates", "retrain_samples", "validation_samples", "warmup_steps")
         for name in ("text_retrain_rates", "image_retrain_rates"):
@@ -271,6 +271,7 @@ def conclude(
     comp = report.compression_table(variants)
     tables = dict(compression=comp, pruning_rounds=rounds, svd_ranks=compression.svd_ranks(variants), epochs=epochs)
     tables |= dict(zip(("retrain_rates", "retrain_control"), compression.retrain_control(variants)))
+    tables["adaptation"] = compression.adaptation(variants)
     tables |= dict(compression_summary=compression.summary(comp, epochs), step_profile=profile)
     tables |= dict(compiler_time=compiled, compiler_time_effects=report.compiler_effects(params, compiled))
     tables |= dict(compiler_parity=parity, online=online_table, phone_times=phones[0], layer_time_fit=phones[1])
