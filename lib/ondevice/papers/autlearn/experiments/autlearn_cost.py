@@ -20,10 +20,9 @@ pass, as on the paper's phones), batch 16 for the LSTM and 1 and 16 for MobileNe
   un-optimised vs optimised (pruned, and XLA-compiled when times are measured) under the
   `performance` and `powersave` governors, normalised to un-optimised on `performance`.
 
-Time is measured (steady-state step time after warm-up x steps, `time_source = "measured"`) or,
-where a run must reproduce bit for bit (smoke: the suite diffs a run against its re-run),
-counted: FLOPs from the layer shapes (`time_source = "counted"`); the compiler can only be
-measured, so its table and verdicts always carry "time" in their column names.
+Time is measured (steady-state step time after warm-up x steps, `time_source = "measured"`) or, where a run
+must reproduce bit for bit (smoke: the suite diffs a run against its re-run), counted: FLOPs from the layer
+shapes (`time_source = "counted"`); the compiler can only be measured ("time" in its column names).
 
 The compression is `compression`'s, the timing and counting `costs`'. Stages, one per notebook
 section: `load`, `compress`, `time_epochs`, `compiler`, `online`, `phones`, `energy`,
