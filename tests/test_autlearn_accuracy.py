@@ -9,7 +9,7 @@ import tf_keras as keras
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms, update_tolerance
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline
+from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline, protocol
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, clients_alone, clients_together, fedavg
 from ondevice.params import ParameterError
@@ -429,4 +429,12 @@ def test_a_finished_baseline_run_is_stored_and_reused_and_changed_data_trains_ag
     resized = exp.Params.for_scale("smoke", image_size=params.image_size + 8)  # MobileNet's input: same weights
     fedavg_baseline.train(resized, "image", model, start, clients, holdout, 0, 1, 0.1, print)
     assert "reusing" not in capsys.readouterr().out
-    assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 3 and len(list(tmp_path.glob("autlearn_cloudtrain-*"))) == 1
+
+    # the clients' step is built outside cloud_baselines: a changed client trainer (here Adam) trains again
+    def adam_clients(params, kind, model, learning_rate):
+        return Trainer(model, protocol.task(params, kind), learning_rate, "adam")
+
+    monkeypatch.setattr(fedavg_baseline, "client_trainer", adam_clients)
+    fedavg_baseline.train(params, "image", model, start, clients, holdout, 0, 1, 0.1, print)
+    assert "reusing" not in capsys.readouterr().out
+    assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 4 and len(list(tmp_path.glob("autlearn_cloudtrain-*"))) == 1

@@ -6,8 +6,9 @@ finished, and a re-run with nothing changed trains nothing again.
 
 A run is keyed by its setting (`fields`), the digests of its start weights, of its training data and
 of the data its plateau watches, and the code that trains it (`cloud_baselines` and what it imports,
-and the caller's function); its entry holds the weights the run leaves in the model (the kept
-epoch's or round's) and its convergence curve, and prints the run's log again when reused."""
+and the caller's functions that build the run, as FedAvg's client step); its entry holds the weights
+the run leaves in the model (the kept epoch's or round's) and its convergence curve, and prints the
+run's log again when reused."""
 
 from __future__ import annotations
 
@@ -58,17 +59,18 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def curve_run(name: str, fields: dict, data: list[str], model, run: Callable[[], list[dict]], source, log=print):
+def curve_run(name: str, fields: dict, data: list[str], model, run: Callable[[], list[dict]], sources, log=print):
     """`run()` (a convergence run that leaves its kept weights in `model` and returns its curve),
     or its stored entry: the model is left with the run's weights either way; returns the curve and
     whether it came from the cache. `fields` must hold every setting of the run, `data` the digests
-    of its start weights and data (`digest`), `source` the caller's function."""
+    of its start weights and data (`digest`), `sources` the caller's functions that build the run
+    (outside `CODE`: the caller and what it calls to make the trainer)."""
 
     def train():
         curve = run()
         return model.get_weights(), {"curve": [{k: _plain(v) for k, v in p.items()} for p in curve]}
 
-    entry = model_cache.cached_train(name, fields, data, CODE, train, log, sources=(source,))
+    entry = model_cache.cached_train(name, fields, data, CODE, train, log, sources=tuple(sources))
     model.set_weights(entry.weights)
     return entry.info["curve"], entry.hit
 

@@ -97,7 +97,7 @@ def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed:
     setting = dict(kind=kind, seed=seed, learning_rate=rate, epochs=epochs, batch=batch, stop=asdict(stop))
     setting |= cached_runs.model_fields(params, kind)
     data = [cached_runs.digest(start), cached_runs.digest(pooled), holdout.digest]
-    return cached_runs.curve_run("autlearn_cloudtrain", setting, data, model, run, cloud_train, log)[0]
+    return cached_runs.curve_run("autlearn_cloudtrain", setting, data, model, run, (cloud_train,), log)[0]
 
 
 def converge_fedavg(

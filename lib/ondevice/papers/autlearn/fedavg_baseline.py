@@ -103,7 +103,8 @@ def train(params, kind: str, model, start, clients: dict, holdout, seed: int, lo
     setting |= cached_runs.model_fields(params, kind)
     data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
     run = lambda: cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)  # noqa: E731
-    curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, train, log)
+    builders = (train, client_trainer, clients_together)  # the clients' step is in the key: not in cached_runs.CODE
+    curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, builders, log)
     return [p | dict(local_epochs=local_epochs, client_rate=rate) for p in curve]
 
 
