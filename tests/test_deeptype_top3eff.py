@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.papers.deeptype import sensitivity
+from ondevice.papers.deeptype import planted, sensitivity
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 
 
@@ -196,6 +196,48 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
         "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
     assert out.section[0] == sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""
+
+
+def test_a_passing_planted_control_names_the_data_and_a_failing_one_leaves_the_row_open():
+    """The known answer decides who owns a flagged personalization effect: with the planted control
+    passed, the crowd row's cause is the data (the control's gain at the fixed dose, the words per
+    user) and the far row's the words it adapts with; failed, both rows stay open, as before."""
+    row = lambda effect, paper, ours, low, high: {
+        "effect": effect, "paper change": paper, "our change": ours, "ci low": low, "ci high": high,
+        "diagnosis": "", "section": "",
+    }  # fmt: skip
+    effects = pd.DataFrame(
+        [
+            row("personalization raises top-k-eff (same-corpus crowd global model)", 0.099, 0.0, -0.01, 0.01),
+            row("personalization raises top-k-eff (far-corpus global model)", 0.563, 0.08, 0.06, 0.13),
+        ]
+    )
+    users = pd.DataFrame(
+        {
+            "seed": 0,
+            "user": ["a", "b", "a", "b", "a", "b", "a", "b"],
+            "condition": [exp.P_CROWD_DV] * 2 + [exp.P_FAR_DV] * 2 + [exp.G_CROWD] * 2 + [exp.G_FAR] * 2,
+            "kept_epoch": [0, 1, 2, 1] + [np.nan] * 4,
+            "top_k_eff": [0.5, 0.5, 0.4, 0.4, 0.5, 0.5, 0.3, 0.4],
+            "train_words": [3000, 5000] * 4,
+        }
+    )
+    curve = pd.DataFrame({"dose": [0.0, 0.5, 1.0], "gain": [0.0, 0.08, 0.2], "ci low": [0, 0.07, 0.18]})
+    curve["ci high"] = curve.gain + 0.01
+    passing = {"planted_curve": curve, "planted_verdict": pd.DataFrame([{"passes": True, "text": "x"}])}
+    out = sensitivity.diagnose(effects, users, passing, 0.5)
+    assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "data"
+    assert out.diagnosis[0].startswith("the planted-signal control passes: personalization gains +0.080 [+0.070")
+    assert "median 4,000 personal training words" in out.diagnosis[0] and "1 of 2 user runs kept" in out.diagnosis[0]
+    assert out.diagnosis[1].startswith("the far-corpus model adapts to a user's language from a median 4,000")
+    assert out.section[0] == out.section[1] == planted.SECTION
+    failing = passing | {"planted_verdict": pd.DataFrame([{"passes": False, "text": "x"}])}
+    out = sensitivity.diagnose(effects, users, failing, 0.5)
+    assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "open"
+    assert (
+        out.diagnosis[0]
+        == "1 of 2 user runs kept the global model (epoch 0); the 1 that trained changed top-k-eff by +0.0% (median)"
+    )
 
 
 def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():

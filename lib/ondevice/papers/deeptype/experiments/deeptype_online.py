@@ -15,6 +15,7 @@ Stages: `starts.load`, `starts.train`, `emulate_starts`, `planted_control`, `con
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ NAME = "deeptype_online"
 CONDITIONS = ("global", "online")
 ALSO = "online, validation choice"  # the same emulation with the validation users' personal optimizer and rate
 SECTION = "Online training with the validation users' choice"
+PLANTED_SECTION = "Planted-signal control: would online training see a personal signal if the data had one?"
 PARTS = {"stream": "whole stream", "last": "last part of the stream", "later_lines": "later lines"}
 PAPER = facts.paper(NAME)
 PART_EFFECTS = facts.load("deeptype")[NAME]["part_effects"]
@@ -184,10 +186,12 @@ def _judge(params: Params, users: pd.DataFrame, condition: str, part: str, first
     return effect_row(first, better, worse, streams.rng(params.seed, f"bootstrap/{part}"), params.bootstrap)
 
 
-def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
+def effects(params: Params, users: pd.DataFrame, more: dict | None = None) -> pd.DataFrame:
     """Online vs global per part of the stream: paired bootstrap over users, the paper's change beside
-    ours; a row the audit rule flags quotes the same effect with the validation users' choice."""
+    ours; a row the audit rule flags quotes the same effect with the validation users' choice, and
+    names the data as its cause once the planted control in `more` passed (`planted.known_answer`)."""
     paper, rows, also = {n.quantity: n.value for n in PAPER.numbers}, [], ALSO in set(users.condition)
+    words = float(users[users.condition == "global"].drop_duplicates("user").stream_words.median())
     for e in PART_EFFECTS:
         first = {"effect": e["claim"], "paper change": paper[e["paper"]]}
         row, why = _judge(params, users, "online", e["part"], first), None
@@ -199,6 +203,9 @@ def effects(params: Params, users: pd.DataFrame) -> pd.DataFrame:
             )
             text = f"with the validation users' choice ({choice}) online training changes {r['our change']:+.1%} "
             why = claims.Diagnosis(text + f"[{r['ci low']:+.1%}, {r['ci high']:+.1%}]", SECTION, claims.Kind.OPEN)
+        if flagged and planted.passed(more):
+            known = planted.known_answer(more["planted_curve"], params.planted_dose_star, words, PLANTED_SECTION)
+            why = dataclasses.replace(known, text=f"{known.text}; {why.text}") if why else known
         rows.append(diagnosed(row, why))
     return pd.DataFrame(rows)
 
@@ -224,7 +231,7 @@ def conclude(params: Params, corpora: dict, models: dict, users: dict, curve, wa
         {"top-k-eff, without online training": g.top_k_eff_stream, "top-k-eff, online training": o.top_k_eff_stream}
     )
     c.headlines({f"relative gain, {name}": o[f"top_k_eff_{p}"] / g[f"top_k_eff_{p}"] - 1 for p, name in PARTS.items()})
-    c.effect_rows(effects(params, users_main))
+    c.effect_rows(effects(params, users_main, more))
     c.paper_vs_ours()
     pairs = [(f"top_k_eff_{p}", "online", "global") for p in PARTS]
     every = pd.concat([u.assign(global_text=t) for t, u in users.items()], ignore_index=True)

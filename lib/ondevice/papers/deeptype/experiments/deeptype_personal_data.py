@@ -14,6 +14,7 @@ Stages: `starts.load`, `starts.train`, `personal_sizes.vocabulary_reach`, `perso
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ NAME = "deeptype_personal_data"
 PAPER = facts.paper(NAME)
 ALSO = ", validation choice"  # suffix of a condition trained with the validation users' personal choice
 SECTION = "Personal training with the validation users' choice"
+PLANTED_SECTION = "Planted-signal control: would personal training see a personal signal if the data had one?"
 QUANTITIES = {
     "top-k-eff, G-M": GLOBAL,
     "top-k-eff, P-M 50%": "P-M 50%",
@@ -199,6 +201,25 @@ def reach_diagnoses(params: Params, reach: pd.DataFrame) -> dict[str, claims.Dia
     return out
 
 
+def known_diagnoses(params: Params, users: pd.DataFrame, more: dict | None, also: dict) -> dict[str, claims.Diagnosis]:
+    """Personalization against the global model, once the planted control in `more` passed: the data
+    as the cause (`planted.known_answer`, on the curve of the effect's data size), then `also`'s line."""
+    if not planted.passed(more):
+        return {}
+    out, by_size = {}, more["planted_curve_by_size"]
+    for e in PAPER.effects:
+        fraction = next((f for f in params.data_fractions if QUANTITIES[e.better] == f"P-M {f:.0%}"), None)
+        if QUANTITIES[e.worse] != GLOBAL or fraction is None or not np.isclose(by_size.data_fraction, fraction).any():
+            continue
+        curve = by_size[np.isclose(by_size.data_fraction, fraction)]
+        words = float(users[users.condition == QUANTITIES[e.better]].drop_duplicates("user").train_words.median())
+        known = planted.known_answer(curve, params.planted_dose_star, words, PLANTED_SECTION)
+        out[e.claim] = (
+            dataclasses.replace(known, text=f"{known.text}; {also[e.claim].text}") if e.claim in also else known
+        )
+    return out
+
+
 def conclude(params: Params, corpora: dict, models: dict, reach, rows: dict, wall_time_s: float, more=None):
     """Tables, headline numbers with tolerances (main start), the paper's numbers beside ours, the
     effects' intervals and three-way verdicts, every start's gains, and `more` (the planted control's)."""
@@ -211,7 +232,8 @@ def conclude(params: Params, corpora: dict, models: dict, reach, rows: dict, wal
     c = Conclusion(NAME, params, PAPER)
     c.headlines(per_seed)
     measured = {e.claim: (_wide(users, QUANTITIES[e.better]), _wide(users, QUANTITIES[e.worse])) for e in PAPER.effects}
-    why = reach_diagnoses(params, reach) | also_diagnoses(params, users)
+    also = also_diagnoses(params, users)
+    why = reach_diagnoses(params, reach) | also | known_diagnoses(params, users, more, also)
     c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, diagnoses=why)
     c.paper_vs_ours()
     pairs = [("top_k_eff", QUANTITIES[e.better], QUANTITIES[e.worse]) for e in PAPER.effects]

@@ -63,7 +63,9 @@ class Params(planted.Fields):
     step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
-    users_together: int = 1  # test users personalized at once (`training.many_users`; same rows to float32 rounding)
+    # test users personalized at once in one batched step (`training.many_users`; the same rows to float32
+    # rounding): a default seed's 20 in one job; 1 gives one resumable job per user
+    users_together: int = 20
     dynamic_vocab_min_count: int = dynamic_vocab.MIN_COUNT  # D4's threshold: times a user typed a word it adds
 
     PRESETS = presets(typing_protocol.PRESETS, planted.PRESETS, OWN_PRESETS)
@@ -247,7 +249,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
     group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD_DV, G_CROWD))
     measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
-    c.effect_rows(sensitivity.diagnose(effects, users, more))
+    c.effect_rows(sensitivity.diagnose(effects, users, more, params.planted_dose_star))
     c.paper_vs_ours(extra=group_values)
     text = lambda k: dict(global_text=corpora[k].global_text)
     tables = {
