@@ -98,6 +98,29 @@ def test_parts_and_effects():
     assert table["paper change"].tolist() == [0.095, 0.169]
 
 
+def test_a_passing_planted_control_names_the_data_behind_a_flagged_online_effect():
+    """Online training loses (the paper gains), so both rows are flagged: once the planted control has
+    passed, the cause is the data (the control's gain, the median stream), with the validation line
+    after it; with a failing control, the validation line alone, still open."""
+    rows = [
+        {"seed": 0, "user": u, "condition": c, "stream_words": 1000 * (i + 1)}
+        | {f"top_k_eff_{p}": 0.3 + 0.01 * i + bump for p in ("stream", "last", "later_lines")}
+        for i, u in enumerate("abcde")
+        for c, bump in (("global", 0.0), ("online", -0.03), (exp.ALSO, 0.01))
+    ]
+    curve = pd.DataFrame({"dose": [0.0, 0.5], "gain": [0.01, 0.09], "ci low": [0.0, 0.07], "ci high": [0.02, 0.1]})
+    more = {"planted_curve": curve, "planted_verdict": pd.DataFrame([{"passes": True, "text": "x"}])}
+    params = exp.Params.for_scale("smoke")
+    table = exp.effects(params, pd.DataFrame(rows), more)
+    assert set(table["diagnosis kind"]) == {"data"} and set(table.section) == {exp.PLANTED_SECTION}
+    assert table.diagnosis[0].startswith("the planted-signal control passes: personalization gains +0.090")
+    assert "a median 3,000 personal training words" in table.diagnosis[0]
+    assert "; with the validation users' choice (adam 0.0003) online training changes +" in table.diagnosis[0]
+    more["planted_verdict"] = pd.DataFrame([{"passes": False, "text": "x"}])
+    failed = exp.effects(params, pd.DataFrame(rows), more)
+    assert set(failed["diagnosis kind"]) == {"open"} and set(failed.section) == {exp.SECTION}
+
+
 def test_the_validation_choice_trains_with_its_own_optimizer_and_explains_a_flagged_effect(setup):
     params, _, models, short = setup
     also = exp.Emulator(params, models).also()

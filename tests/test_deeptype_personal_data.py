@@ -4,6 +4,7 @@ dynamic vocabulary starts from the same global weights and sees the same batches
 control's tables at both sizes."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ondevice.data import per_user_text
@@ -135,6 +136,27 @@ def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_i
     assert set(notes) == {e.claim for e in exp.PAPER.effects if "dynamic" not in e.claim}
     assert all(n.text.startswith("with the validation users' choice (adam 0.0003): ") for n in notes.values())
     assert {n.section for n in notes.values()} == {exp.SECTION}
+
+
+def test_a_passing_planted_control_names_the_data_of_personalization_at_its_size(run):
+    """Personalization against the global model at 50%: once the planted control passed, the data is
+    the cause, read on the 50% curve with that size's words per user, the validation line after it;
+    a failing control adds nothing (the validation line stays open)."""
+    params, result, _, _, _, _ = run
+    users, tables = result.tables["users"], dict(result.tables)
+    also = exp.also_diagnoses(params, users)
+    tables["planted_verdict"] = pd.DataFrame([{"passes": True, "text": "x"}])
+    known = exp.known_diagnoses(params, users, tables, also)
+    claim = "personalization raises top-k-eff (50% of the data)"
+    assert set(known) == {claim} and known[claim].kind == "data" and known[claim].section == exp.PLANTED_SECTION
+    by_size = tables["planted_curve_by_size"]
+    star = by_size[(by_size.data_fraction == 0.5) & (by_size.dose == params.planted_dose_star)].iloc[0]
+    assert known[claim].text.startswith(f"the planted-signal control passes: personalization gains {star.gain:+.3f}")
+    words = users[users.condition == "P-M 50%"].drop_duplicates("user").train_words.median()
+    assert f"a median {words:,.0f} personal training words" in known[claim].text
+    assert known[claim].text.endswith(also[claim].text)
+    tables["planted_verdict"] = pd.DataFrame([{"passes": False, "text": "x"}])
+    assert exp.known_diagnoses(params, users, tables, also) == {}
 
 
 def test_planted_control_at_both_sizes(run):

@@ -191,7 +191,6 @@ def effects(params: Params, users: pd.DataFrame, more: dict | None = None) -> pd
     ours; a row the audit rule flags quotes the same effect with the validation users' choice, and
     names the data as its cause once the planted control in `more` passed (`planted.known_answer`)."""
     paper, rows, also = {n.quantity: n.value for n in PAPER.numbers}, [], ALSO in set(users.condition)
-    words = float(users[users.condition == "global"].drop_duplicates("user").stream_words.median())
     for e in PART_EFFECTS:
         first = {"effect": e["claim"], "paper change": paper[e["paper"]]}
         row, why = _judge(params, users, "online", e["part"], first), None
@@ -204,6 +203,7 @@ def effects(params: Params, users: pd.DataFrame, more: dict | None = None) -> pd
             text = f"with the validation users' choice ({choice}) online training changes {r['our change']:+.1%} "
             why = claims.Diagnosis(text + f"[{r['ci low']:+.1%}, {r['ci high']:+.1%}]", SECTION, claims.Kind.OPEN)
         if flagged and planted.passed(more):
+            words = float(users[users.condition == "global"].drop_duplicates("user").stream_words.median())
             known = planted.known_answer(more["planted_curve"], params.planted_dose_star, words, PLANTED_SECTION)
             why = dataclasses.replace(known, text=f"{known.text}; {why.text}") if why else known
         rows.append(diagnosed(row, why))
