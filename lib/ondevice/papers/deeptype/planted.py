@@ -83,16 +83,16 @@ def planted(corpus: Corpus, dose: float, seed: int, n_words: int) -> Corpus:
 
 def gains(params, plant: Corpus, models, schedule, dose: float, who: list[str], log=print) -> list[dict]:
     """Per seed and user of `who` on `plant` (the corpus planted at `dose`): the global model's top-k-eff
-    and the personalized model's (the main protocol: `schedule`, per-user stopping on held-out lines),
-    the users of a seed trained together (`protocol.Personal.train_users`: each as alone, to rounding)."""
+    and the personalized model's (the main protocol: `schedule`, per-user stopping on held-out lines)."""
     rows, personal = [], protocol.Personal(params, models.model)
-    data = [plant.personal_parts(user, params) for user in who]  # (fit, held, test) per user
     for seed in params.seed_list:
-        start, rngs = models.weights[seed], [streams.rng(seed, f"personal/{user}") for user in who]
-        trained = personal.train_users(data, start, params, rngs, schedule(seed))
-        for user, (_, _, test), after in zip(who, data, trained):
-            row = {"dose": dose, "seed": seed, "user": user}
-            row["top_k_eff_global"] = personal.score_weights(start, test)["top_k_eff"]
+        start = models.weights[seed]
+        for user in who:
+            fit, held, test = plant.personal_parts(user, params)
+            before = personal.score_weights(start, test)["top_k_eff"]
+            rng = streams.rng(seed, f"personal/{user}")
+            after = personal.train((fit, test), start, params, rng, held=held, schedule=schedule(seed))[0]
+            row = {"dose": dose, "seed": seed, "user": user, "top_k_eff_global": before}
             rows.append({**row, **{k: v for k, v in after.items() if not k.startswith("_")}})
         log(f"planted dose {dose:g}, seed {seed}: {len(who)} users personalized")
     return rows
