@@ -64,8 +64,8 @@ class Params(planted.Fields):
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
     # test users personalized at once in one batched step (`training.many_users`; the same rows to float32 rounding).
-    # 1: a default run of 20 together (users of 3.3K-8.2K words, each stopping on its own) ran over 50 min against
-    # 31.6 alone; a batched step costs its longest user's steps for every user
+    # 1: with 20 together (users of 3.3K-8.2K words, each stopping on its own) a default run was still personalizing
+    # after 50 min, against 31.6 one at a time: a batched step costs its longest user's steps for every user
     users_together: int = 1
     dynamic_vocab_min_count: int = dynamic_vocab.MIN_COUNT  # D4's threshold: times a user typed a word it adds
 
