@@ -232,3 +232,22 @@ def test_experiment_reuses_d3_global_models_and_cuts_samples(setup):
 
     with pytest.raises(ParameterError, match="tflite_variants"):
         opt.Params.for_scale("smoke", tflite_variants=("nope",))
+
+
+def test_table2_baseline_batches_at_a_fixed_length_as_each_technique_alone_and_bucketing_removes_padding(setup):
+    """Table 2's baseline has no bucketing: Sec. 5.3's naive batches, every one padded (or cut) to
+    30, the batching each technique alone keeps; bucketing and all combined pad nothing."""
+    from types import SimpleNamespace
+
+    from ondevice.papers.deeptype.techniques.combined import VARIANTS
+
+    _, samples, _ = setup
+    params = SimpleNamespace(personal_batch_size=4, buckets=(5, 10, 20, 30), fixed_length=30)
+    shapes = {}
+    for name, spec in VARIANTS.items():
+        batches = spec.batch_list(NextWordTask(), samples, params, np.random.default_rng(0))
+        shapes[name] = ({x.shape[1] for x, _ in batches}, bk.padding_stats(batches)["padded_fraction"])
+    for name in ("baseline", "fine_tune", "svd", "vocab"):
+        assert shapes[name][0] == {30}, name
+    assert shapes["baseline"][1] > shapes["windows"][1] > 0
+    assert shapes["bucketing"][1] == shapes["combined"][1] == 0
