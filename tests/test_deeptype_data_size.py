@@ -12,6 +12,7 @@ from ondevice.papers.deeptype import size_convergence as conv
 from ondevice.papers.deeptype.experiments import deeptype_data_size as exp
 from ondevice.papers.deeptype.plateau_decay import PlateauDecay
 from ondevice.params import ParameterError
+from ondevice.report import claims
 from ondevice.tasks import typing_protocol
 from ondevice.tasks.next_word import NextWordTask
 from ondevice.training import model_cache
@@ -191,3 +192,58 @@ def test_bad_sizes_are_named():
         exp.Params.for_scale("smoke", size_fractions=[0.5, 0.25, 1.0])
     with pytest.raises(ParameterError, match="size_fractions"):
         exp.Params.for_scale("smoke", size_fractions=[0.5, 1.0])
+
+
+def _entry(losses, kept, **fields):
+    """A stand-in model-cache entry: held-out loss and top-k-eff per epoch, the kept epoch."""
+    from types import SimpleNamespace
+
+    epochs = [{"epoch": i, "holdout_loss": v, "holdout_top_k_eff": 1 / v} for i, v in enumerate(losses, 1)]
+    return SimpleNamespace(info={"epochs": epochs, "kept_epoch": kept, "fields": fields})
+
+
+def test_each_size_keeps_its_lowest_held_out_loss_and_a_size_below_after_every_remedy_is_the_datas():
+    main = {(0, 10): _entry([5.0, 4.5, 4.6], 2), (0, 50): _entry([3.5, 3.2], 2)}
+    tried = {(0, 10): {"patient rule": _entry([5.0, 4.4], 2), "dropout": _entry([4.4, 4.1, 4.3], 1)}}
+    chosen, names = conv.choose(main, tried)
+    # the patient rule and the dropout run tie at 4.4 (their kept epochs): the one tried first is kept
+    assert names == {(0, 10): "patient rule", (0, 50): conv.MAIN} and chosen[(0, 50)] is main[(0, 50)]
+    assert conv.choose({(0, 10): _entry([4.0], 1)}, {(0, 10): {"x": _entry([4.0], 1)}})[1] == {(0, 10): conv.MAIN}
+    table = conv.remedies_table(main, tried, names, {10: 0.5, 50: 0.2})
+    assert table.model.tolist() == [conv.MAIN, "patient rule", "dropout", conv.MAIN]
+    assert table.chosen.tolist() == [False, True, False, True]
+    assert table.below_ngram.tolist() == [True, True, True, False]  # 1/4.5, 1/4.4, 1/4.4 < 0.5 < 1/3.2
+    stops = pd.DataFrame(
+        [(0, 10, 3, 2, True, True), (0, 50, 2, 2, True, False), (0, 100, 2, 2, True, False)],
+        columns=["seed", "training_words", "epochs", "kept_epoch", "plateau", "below_ngram"],
+    )
+    base = pd.DataFrame({"training_words": [10, 50, 100], "top_k_eff": [0.2, 0.3, 0.31]})
+    row = {"paper change": 0.092, "our change": 1.0, "ci low": 0.9, "ci high": 1.1}
+    why = conv.diagnosis(row, stops, base, _points(), 10, 50, table)
+    assert why.kind == claims.Kind.DATA and why.text.startswith("too little text for this LSTM: on 10 words")
+    assert "main rule 0.222, patient rule 0.227, dropout 0.227; 2-gram+char 0.500" in why.text
+    assert conv.diagnosis(row, stops, base, _points(), 10, 50).kind == claims.Kind.OPEN  # no remedy tried
+    reached = table.assign(below_ngram=[True, False, True, False])  # a remedy reached the 2-gram
+    assert conv.diagnosis(row, stops, base, _points(), 10, 50, reached).kind == claims.Kind.OPEN
+
+
+@pytest.mark.slow(reason="trains two sizes and two remedies for two epochs each (real TF)")
+def test_remedies_train_only_the_sizes_below_their_ngram_under_the_fixed_rules(setup, tmp_path, monkeypatch):
+    params, corpus, sets = setup
+    params = dataclasses.replace(params, size_epochs=2)
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    quiet, (small, *_, large) = (lambda _: None), sorted(sets.sets)
+    entries = {(params.seed, w): exp.size_model(params, corpus, sets, w, params.seed, quiet) for w in (small, large)}
+    checks = pd.DataFrame({"seed": [params.seed] * 2, "training_words": [small, large], "below_ngram": [True, False]})
+    tried = exp.remedies(params, corpus, sets, checks, quiet)
+    assert list(tried) == [(params.seed, small)]
+    fields = [e.info["fields"] for e in tried[(params.seed, small)].values()]
+    assert [(f["global_min_improvement"], f["dropout"]) for f in fields] == [(0.001, 0.0), (0.001, 0.5)]
+    assert all(f["training_words"] == small for f in fields)
+    base = exp.baselines(params, corpus, sets, quiet)
+    chosen, control, table = exp.choose(params, corpus, sets, entries, tried, base, quiet)
+    assert set(control.model) <= {conv.MAIN, *tried[(params.seed, small)]} and len(table) == 4
+    best = min(
+        conv.kept_holdout_loss(e) for e in [entries[(params.seed, small)], *tried[(params.seed, small)].values()]
+    )
+    assert conv.kept_holdout_loss(chosen[(params.seed, small)]) == best
