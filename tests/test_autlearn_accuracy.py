@@ -438,3 +438,40 @@ def test_a_finished_baseline_run_is_stored_and_reused_and_changed_data_trains_ag
     fedavg_baseline.train(params, "image", model, start, clients, holdout, 0, 1, 0.1, print)
     assert "reusing" not in capsys.readouterr().out
     assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 4 and len(list(tmp_path.glob("autlearn_cloudtrain-*"))) == 1
+
+
+def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_its_plateau(monkeypatch, tmp_path):
+    """With a screen, each candidate pair costs at most the screen's rounds; the best screened pair
+    trains on from the same start with the same client draws, so its first rounds are the screen's."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    fields = dict(fedavg_epoch_candidates=(1,), image_fedavg_rate_candidates=(0.001, 0.05), fedavg_evaluate_every=1)
+    fields |= dict(image_fedavg_rounds=12, image_fedavg_screen_rounds=3, fedavg_patience=20)
+    params, rng = exp.Params.for_scale("smoke", **fields), np.random.default_rng(0)
+    images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32))  # noqa: E731
+    validation = common.Validation(("v",), {"v": images(8)}, {"v": images(8)})
+    data = SimpleNamespace(train={f"c{i}": images(12) for i in range(3)}, validation=validation)
+    init = keras.initializers.GlorotUniform(seed=0)
+    model = keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(62, kernel_initializer=init)]
+    )
+    pre, printed = common.Pretrained(model, model.get_weights(), {}, False), []
+    choice = fedavg_baseline.choose(params, "image", data, pre, printed.append)
+    table, on = choice.table, [line for line in printed if "best screened pair" in line]
+    assert table["kept_round"].max() <= 3 and table["screen rounds"].eq(3).all() and len(table) == 2
+    best = table[table.chosen].iloc[0]
+    assert choice.learning_rate == best.learning_rate and len(on) == 1 and f"rate {best.learning_rate}" in on[0]
+    assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 3  # two screens and the winner's whole run
+    assert max(p["step"] for p in choice.curve) > 3  # past the screen (the plateau's patience is 20 rounds)
+    assert table["chosen run: kept round"].notna().tolist() == table.chosen.tolist()
+    holdout = cloud_baselines.holdout_loss("image", validation)
+    quiet = lambda _: None  # noqa: E731
+    screened = fedavg_baseline.train(
+        params, "image", model, pre.weights, data.train, holdout, 0, 1, best.learning_rate, quiet, 3
+    )
+    first = {p["step"]: p["holdout_loss"] for p in screened if p["step"] < 3}
+    again = {p["step"]: p["holdout_loss"] for p in choice.curve if p["step"] in first}
+    np.testing.assert_allclose(list(again.values()), list(first.values()))  # the same first rounds
+    with pytest.raises(ParameterError, match="image_fedavg_screen_rounds"):
+        exp.Params.for_scale("smoke", image_fedavg_rounds=12, image_fedavg_screen_rounds=12)

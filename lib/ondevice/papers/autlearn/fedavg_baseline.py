@@ -10,7 +10,13 @@ on the first seed, every pair of the preset's grids (`fedavg_epoch_candidates` x
 users' training parts to its plateau; the pair whose kept round has the lowest loss on the
 validation users (`cloud_baselines.holdout_loss`, the data the plateau watches; no test part is
 seen) is chosen; ties and diverged runs (a non-finite loss) lose to the earlier pair. That run is
-the first seed's FedAvg; later seeds and the shuffled clients train with the chosen pair.
+the first seed's FedAvg; later seeds and the shuffled clients train with the chosen pair. With a
+screen (`<kind>_fedavg_screen_rounds`, fixed before any run), every pair trains at most that many
+rounds and only the pair with the lowest screened loss trains on to its plateau; its first rounds
+are the screen's (the same client draws), so a screened run that reached its plateau before the
+screen's cap is already the chosen run. Losing pairs cost the screen's rounds, not their plateau.
+The default screens a third of each cap: cold, the grid's 8 LSTM and 6 MobileNet pairs each to its
+plateau did not fit a session (one LSTM pair took 1,952 s under contention; MobileNet's cap is 600).
 
 The known-answer control (`control_table`): on shuffled (IID) clients FedAvg minimises the same
 pooled loss as CloudTrain (the example-weighted mean of the clients' losses), so at convergence its
@@ -45,6 +51,14 @@ def check(params) -> None:
     for name in ("text_fedavg_rate_candidates", "image_fedavg_rate_candidates"):
         params.require(bool(getattr(params, name)) and min(getattr(params, name)) > 0, name, "must hold positive rates")
     params.require(params.fedavg_control_tolerance > 0, "fedavg_control_tolerance", "must be positive")
+    for kind in ("text", "image"):
+        name, cap = f"{kind}_fedavg_screen_rounds", rounds_and_clients(params, kind)[0]
+        params.require(0 <= screen_rounds(params, kind) < cap, name, f"must be 0 (no screen) or below the cap {cap}")
+
+
+def screen_rounds(params, kind: str) -> int:
+    """Rounds every candidate pair trains before the best goes on to its plateau (0: no screen)."""
+    return params.image_fedavg_screen_rounds if kind == "image" else params.text_fedavg_screen_rounds
 
 
 def rounds_and_clients(params, kind: str) -> tuple[int, int]:
@@ -87,12 +101,13 @@ def clients_together(params, kind: str, model, learning_rate: float, clients: in
     return ManyUsers(model, protocol.task(params, kind), clients, learning_rate, "sgd", source=EqualLength())
 
 
-def train(params, kind: str, model, start, clients: dict, holdout, seed: int, local_epochs: int, rate: float, log):
-    """FedAvg from `start` over `clients` to its plateau (the preset's rounds and clients per round);
-    its curve, each point with the setting. The client draws follow `seed` and the kind only, so
-    every client set and candidate is drawn alike. A run is stored in the model cache
-    (`cached_runs`; `holdout`: the `Holdout` the plateau watches)."""
+def train(params, kind, model, start, clients: dict, holdout, seed: int, local_epochs: int, rate: float, log, cap=0):
+    """FedAvg from `start` over `clients` to its plateau (the preset's rounds, or at most `cap`, and
+    clients per round); its curve, each point with the setting. The client draws follow `seed` and
+    the kind only, so every client set and candidate is drawn alike. A run is stored in the model
+    cache (`cached_runs`; `holdout`: the `Holdout` the plateau watches)."""
     (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
+    rounds = min(rounds, cap) if cap else rounds
     trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
     fed = (rounds, per_round, local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
     stop, every = params.plateau("FedAvg"), params.fedavg_evaluate_every
@@ -109,15 +124,20 @@ def train(params, kind: str, model, start, clients: dict, holdout, seed: int, lo
 
 
 def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice:
-    """The module's rule on one kind, from the first seed's public model; the model is left with
-    the chosen run's weights."""
-    holdout, runs, rows = cloud_baselines.holdout_loss(kind, data.validation), [], []
+    """The module's rule on one kind, from the first seed's public model (with its screen); the
+    model is left with the chosen run's weights."""
+    holdout, runs, rows, screen = (
+        cloud_baselines.holdout_loss(kind, data.validation),
+        [],
+        [],
+        screen_rounds(params, kind),
+    )
     grid = [(e, r) for e in params.fedavg_epoch_candidates for r in getattr(params, f"{kind}_fedavg_rate_candidates")]
 
     def score(candidate: dict) -> float:
         e, r = candidate["local_epochs"], candidate["learning_rate"]
         log(f"{MODEL_NAMES[kind]}: FedAvg candidate {e} local epoch(s), SGD rate {r}")
-        curve = train(params, kind, pre.model, pre.weights, data.train, holdout, params.seed, e, r, log)
+        curve = train(params, kind, pre.model, pre.weights, data.train, holdout, params.seed, e, r, log, screen)
         kept = next(p for p in curve if p["kept"])
         runs.append((pre.model.get_weights(), curve))
         rows.append(dict(kept_round=kept["step"], ended_by=kept["ended_by"], kept_epochs_seen=kept["epochs_seen"]))
@@ -129,6 +149,15 @@ def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice
     chosen = int(np.flatnonzero(table.chosen.to_numpy())[0])
     table = pd.concat([table, pd.DataFrame(rows)], axis=1).assign(**{"validation holdout loss": -table.score})
     table = table.drop(columns="score").assign(method="FedAvg", model=MODEL_NAMES[kind], optimizer="sgd")
+    table["screen rounds"] = screen
+    if screen and rows[chosen]["ended_by"] == "cap":  # the best screened pair on to its plateau
+        e, r = best["local_epochs"], best["learning_rate"]
+        log(f"{MODEL_NAMES[kind]}: FedAvg, the best screened pair ({e} local epoch(s), rate {r}) to its plateau")
+        curve = train(params, kind, pre.model, pre.weights, data.train, holdout, params.seed, e, r, log)
+        runs[chosen] = (pre.model.get_weights(), curve)
+    kept = next(p for p in runs[chosen][1] if p["kept"])
+    table["chosen run: kept round"] = np.where(table.chosen, kept["step"], np.nan)
+    table["chosen run: validation holdout loss"] = np.where(table.chosen, kept["holdout_loss"], np.nan)
     pre.model.set_weights(runs[chosen][0])
     log(f"{MODEL_NAMES[kind]}: FedAvg with {best['local_epochs']} local epoch(s) at SGD rate {best['learning_rate']}")
     return Choice(best["local_epochs"], best["learning_rate"], *runs[chosen], table)

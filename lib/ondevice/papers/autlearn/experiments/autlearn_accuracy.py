@@ -72,6 +72,8 @@ class Params(common.AutLearnParams):
     fedavg_epoch_candidates: tuple[int, ...] = (1, 3)
     text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     image_fedavg_rate_candidates: tuple[float, ...] = (0.001, 0.003, 0.01)
+    text_fedavg_screen_rounds: int = 0  # every pair this many rounds, the best on to its plateau (0: none)
+    image_fedavg_screen_rounds: int = 0
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
     fedavg_together: bool = False  # a round's LSTM clients at once: slower (fedavg_baseline.clients_together)
     # Both stop (a rule fixed before any run, never tuned on test users) after `*_patience` evaluations
@@ -102,7 +104,8 @@ class Params(common.AutLearnParams):
             | dict(fedavg_rounds=60, image_fedavg_rounds=100, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
             | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.03, 0.1)),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=15, fedavg_rounds=45, fedavg_clients=4)
-            | dict(image_fedavg_rounds=600, image_fedavg_clients=10),
+            | dict(image_fedavg_rounds=600, image_fedavg_clients=10, text_fedavg_screen_rounds=15)
+            | dict(image_fedavg_screen_rounds=200),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
             | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
         }
