@@ -121,7 +121,7 @@ def test_plateau_decay_halves_the_rate_on_stalls_and_stops_on_a_plateau(setup):
 def test_the_ngram_baseline_is_counted_on_each_size(setup):
     params, corpus, sets = setup
     table = exp.baselines(params, corpus, sets, lambda _: None)
-    assert len(table) == len(sets.sets) * len(sets.evaluation) and set(table.model) == {exp.BASELINE}
+    assert len(table) == len(sets.sets) * len(sets.evaluation) and set(table.model) == {conv.BASELINE}
     assert table.top_k_eff.between(0, 1).all()
     per_size = table.groupby("training_words").top_k_eff.apply(tuple)
     assert per_size.nunique() == len(sets.sets)  # different counts, different suggestions
@@ -170,8 +170,8 @@ def test_a_flagged_size_effect_is_diagnosed_with_kept_epochs_and_the_baseline():
     assert table.diagnosis[0] == "" and table.section[0] == ""
     assert table.diagnosis[1] == (
         "50 words kept epoch 7 of 9 (plateau); 100 words kept epoch 6 of 8 (plateau); "
-        f"{exp.BASELINE} on the same words 0.300 -> 0.310 (+3.3%); the LSTM on 50 words 0.432 against the "
-        f"{exp.BASELINE}'s 0.300"
+        f"{conv.BASELINE} on the same words 0.300 -> 0.310 (+3.3%); the LSTM on 50 words 0.432 against the "
+        f"{conv.BASELINE}'s 0.300"
     )
     assert table.section[1] == conv.SECTION and table["diagnosis kind"].tolist() == ["", "open"]
     assert (
@@ -240,6 +240,14 @@ def test_remedies_train_only_the_sizes_below_their_ngram_under_the_fixed_rules(s
     fields = [e.info["fields"] for e in tried[(params.seed, small)].values()]
     assert [(f["global_min_improvement"], f["dropout"]) for f in fields] == [(0.001, 0.0), (0.001, 0.5)]
     assert all(f["training_words"] == small for f in fields)
+    for entry in tried[(params.seed, small)].values():  # a remedy's users are scored at its kept epoch only
+        assert [e["epoch"] for e in entry.info["epochs"] if "users" in e] == [entry.info["kept_epoch"]]
+    patient = tried[(params.seed, small)]["patient rule"]
+    model = typing_protocol.build_model(params, corpus, params.seed)
+    model.set_weights(patient.weights)
+    user, samples = next(iter(sets.evaluation.items()))
+    kept = next(e for e in patient.info["epochs"] if e["epoch"] == patient.info["kept_epoch"])
+    assert kept["users"][user]["top_k_eff"] == NextWordTask(params.k).evaluate(model, samples)["top_k_eff"]
     base = exp.baselines(params, corpus, sets, quiet)
     chosen, control, table = exp.choose(params, corpus, sets, entries, tried, base, quiet)
     assert set(control.model) <= {conv.MAIN, *tried[(params.seed, small)]} and len(table) == 4

@@ -10,8 +10,8 @@ same words is every size's baseline: an LSTM below it on held-out text is not co
 (`size_convergence.control`) and trains again under the remedies fixed before any run; each size
 keeps the lowest held-out loss of its models (`size_convergence.choose`).
 
-Stages: `per_user_text.load_corpus`, `training_sets`, `train_sizes`, `baselines`, `convergence`,
-`remedies`, `choose`, `conclude`; `run` calls them all.
+Stages (`run`: all): `load_corpus`, `training_sets`, `train_sizes`, `baselines`, `convergence`, `remedies`,
+`choose`, `conclude`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ MODEL_FIELDS = tuple(
 # Our sizes map onto the paper's three by rank: smallest <-> 1M, second largest <-> 10M, largest <-> 20M words.
 PAPER = facts.paper(NAME)
 SIZE_EFFECTS = facts.load("deeptype")[NAME]["size_effects"]
-BASELINE = conv.BASELINE
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,7 @@ class Params(typing_protocol.DeepTypeParams):
     size_patience: int = 3  # epochs in a row without improvement (each one halving the rate) before stopping
     # Remedies for a size below its 2-gram+char on held-out text (`size_convergence`), fixed before any
     # run: the same rule counting a tenth of the improvement, then that rule with PTB medium's dropout.
-    # On the 15K-word set (held-out loss, top-k-eff; its 2-gram+char: 0.464): main rule 4.457, 0.356 (run
-    # of 64573e9); probes before this rule: patient 4.450, 0.357; dropout 0.5, main rule 5.217, 0.226.
+    # 15K words (held-out loss, top-k-eff; 2-gram+char 0.464): main 4.457, 0.356; patient 4.450, 0.357 (probe).
     remedy_min_improvement: float = 0.001
     remedy_dropout: float = 0.5
     eval_max_words: int = 0  # per test user, words of the later lines scored each epoch; 0 = all
@@ -112,10 +110,8 @@ def training_sets(params: Params, corpus: Corpus, log=print) -> TrainingSets:
     for user in corpus.split.test:
         test = corpus.personal(user, params.personal_train_fraction)[1]
         evaluation[user] = _head(test, min(len(test), params.eval_max_words or len(test)))
-    log(
-        f"training sets of {list(sets)} crowd words; evaluation on {len(evaluation)} test users, "
-        f"{sum(map(len, evaluation.values()))} samples"
-    )
+    count = sum(map(len, evaluation.values()))
+    log(f"training sets of {list(sets)} crowd words; evaluation on {len(evaluation)} test users, {count} samples")
     return TrainingSets(sets, evaluation)
 
 
@@ -126,27 +122,28 @@ def _head(s: Samples, n: int) -> Samples:
 
 
 def size_model(
-    params: Params, corpus: Corpus, sets: TrainingSets, words: int, seed: int, log=print
+    params: Params, corpus: Corpus, sets: TrainingSets, words: int, seed: int, log=print, every_epoch: bool = True
 ) -> model_cache.Entry:
     """The global model trained on `words` words of crowd text to a plateau of its held-out
     global-text loss, the rate decayed on the plateau (`PlateauDecay`; at most `size_epochs`),
-    keeping the lowest-loss epoch, and scored on every test user after each epoch; from the model
-    cache when it exists."""
+    keeping the lowest-loss epoch, and scored on every test user after each epoch (without
+    `every_epoch`, at the kept epoch only: a remedy's curve is not Fig. 2's, and scoring the users
+    costs more than an epoch of the small sets); from the model cache when it exists."""
     data, task = build_samples(sets.sets[words], corpus.vocab, params.context_words), common.task(params)
     held = corpus.holdout_samples
 
-    def scores(model) -> dict:
-        users = {u: task.evaluate(model, s) for u, s in sets.evaluation.items()}
-        median = np.median([r["top_k_eff"] for r in users.values()])
+    def users(model) -> dict:
+        scored = {u: task.evaluate(model, s) for u, s in sets.evaluation.items()}
+        median = np.median([r["top_k_eff"] for r in scored.values()])
         log(f"{words} words (seed {seed}): median top-{params.k}-eff {median:.4f}")
+        return {u: {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"]} for u, r in scored.items()}
+
+    def scores(model) -> dict:
         h = task.evaluate(model, held)
         loss = {"holdout_loss": float(np.log(h["perplexity"])), "holdout_top_k_eff": h["top_k_eff"]}
-        users = {u: {"top_k_eff": r["top_k_eff"], "perplexity": r["perplexity"]} for u, r in users.items()}
-        return loss | {"users": users}
+        return loss | ({"users": users(model)} if every_epoch else {})
 
     def train():
-        # typing_protocol.build_model, named through common (which uses it) so that this function's
-        # source, part of the cached models' key, stays as it was before the move
         model = common.build_model(params, corpus, seed)
         trainer, _ = common.global_trainer(params, model)  # the global regime; its by-epoch decay unused
         rng = streams.rng(seed, f"batches/data_size/{words}")
@@ -154,12 +151,15 @@ def size_model(
             params.global_learning_rate, params.global_lr_decay, params.size_patience, params.global_min_improvement
         )
         args = (params.size_epochs, params.global_batch_size, rng, log, f"{words} words", scores, rule)
-        history = trainer.fit(data, *args, schedule=rule)
+        history = trainer.fit(data, *args, schedule=rule)  # the model is left with the kept epoch's weights
         keys = ("epoch", "learning_rate", "loss", "seconds", "steps", "holdout_loss", "holdout_top_k_eff", "users")
         epochs = [{k: h[k] for k in keys if k in h} for h in history]
+        if not every_epoch:
+            next(e for e in epochs if e["epoch"] == history.best_epoch)["users"] = users(model)
         return model.get_weights(), {"epochs": epochs, "kept_epoch": history.best_epoch, "plateau": history.plateau}
 
     fields = {name: getattr(params, name) for name in MODEL_FIELDS} | {"seed": seed, "training_words": words}
+    fields |= {} if every_epoch else {"users_scored": "kept epoch"}
     digests = [a.sha256 for a in corpus.manifest.artifacts] + [data.digest(), held.digest()]
     digests += [f"{u}:{s.digest()}" for u, s in sorted(sets.evaluation.items())]
     return model_cache.cached_train(NAME, fields, digests, TRAINING_CODE, train, log, sources=(size_model,))
@@ -179,8 +179,8 @@ def baselines(params: Params, corpus: Corpus, sets: TrainingSets, log=print) -> 
     for words, sentences in sets.sets.items():
         model = conv.ngram(corpus.vocab, sentences)
         effs = {u: conv.ngram_eff(model, s, prefix, params.k) for u, s in sets.evaluation.items()}
-        rows += [{"model": BASELINE, "training_words": words, "user": u, "top_k_eff": e} for u, e in effs.items()]
-        log(f"{BASELINE} on {words} words: median top-{params.k}-eff {np.median(list(effs.values())):.4f}")
+        rows += [{"model": conv.BASELINE, "training_words": words, "user": u, "top_k_eff": e} for u, e in effs.items()]
+        log(f"{conv.BASELINE} on {words} words: median top-{params.k}-eff {np.median(list(effs.values())):.4f}")
     return pd.DataFrame(rows)
 
 
@@ -196,7 +196,7 @@ def convergence(params: Params, corpus: Corpus, sets: TrainingSets, entries: dic
     for r in table.itertuples():
         lstm, ngram = f"{r.lstm_holdout_top_k_eff:.4f}", f"{r.ngram_holdout_top_k_eff:.4f}"
         verdict = "BELOW its 2-gram: not converged" if r.below_ngram else "at or above its 2-gram"
-        log(f"{r.training_words} words (seed {r.seed}): held-out LSTM {lstm} vs {BASELINE} {ngram}, {verdict}")
+        log(f"{r.training_words} words (seed {r.seed}): held-out LSTM {lstm} vs {conv.BASELINE} {ngram}, {verdict}")
     return table
 
 
@@ -204,7 +204,7 @@ def remedies(params: Params, corpus: Corpus, sets: TrainingSets, checks: pd.Data
     """(seed, size) -> remedy name -> cached model (`size_convergence.remedy_params`), for every size
     whose main-rule LSTM is below its 2-gram+char on held-out text (`checks`: `convergence`)."""
     below, variants = checks[checks.below_ngram], conv.remedy_params(params)
-    train = lambda p, s, w: size_model(p, corpus, sets, w, s, log)  # noqa: E731
+    train = lambda p, s, w: size_model(p, corpus, sets, w, s, log, every_epoch=False)  # noqa: E731
     return {(s, w): {n: train(p, s, w) for n, p in variants.items()} for s, w in zip(below.seed, below.training_words)}
 
 
@@ -227,7 +227,7 @@ def curve(entries: dict[tuple[int, int], model_cache.Entry]) -> pd.DataFrame:
             | {"user": user, **s}
             for (seed, words), entry in entries.items()
             for e in entry.info["epochs"]
-            for user, s in e["users"].items()
+            for user, s in e.get("users", {}).items()
         ]
     )
 
