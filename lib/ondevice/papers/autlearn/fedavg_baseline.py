@@ -126,12 +126,8 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
 def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice:
     """The module's rule on one kind, from the first seed's public model (with its screen); the
     model is left with the chosen run's weights."""
-    holdout, runs, rows, screen = (
-        cloud_baselines.holdout_loss(kind, data.validation),
-        [],
-        [],
-        screen_rounds(params, kind),
-    )
+    holdout, screen = cloud_baselines.holdout_loss(kind, data.validation), screen_rounds(params, kind)
+    runs, rows = [], []
     grid = [(e, r) for e in params.fedavg_epoch_candidates for r in getattr(params, f"{kind}_fedavg_rate_candidates")]
 
     def score(candidate: dict) -> float:
