@@ -48,6 +48,7 @@ class Params(typing_protocol.DeepTypeParams, EnergyParams, svd_rank.SVDParams):
     personal_holdout_fraction: float = 0.0  # fixed epochs: energy of the same training per governor
     personal_optimizer: str = "adam"  # from a fresh state per user (a deviation from the paper's SGD)
     personal_learning_rate: float = 0.0003
+    fixed_length: int = 30  # the un-optimised variant's batches, padded or cut (Table 2's baseline, Sec. 5.3)
     export_tflite: bool = True  # trainable TFLite files of both variants (what a phone runs)
     bootstrap: int = 2000
 
@@ -68,7 +69,8 @@ class Params(typing_protocol.DeepTypeParams, EnergyParams, svd_rank.SVDParams):
         self.require(
             2 <= self.energy_users <= self.test_users, "energy_users", "must be in [2, test_users] (paired effects)"
         )
-        self.require(self.personal_epochs >= 1, "personal_epochs", "must be at least 1")
+        for name in ("personal_epochs", "fixed_length"):
+            self.require(getattr(self, name) >= 1, name, "must be at least 1")
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
         EnergyParams.check(self)
         svd_rank.SVDParams.check(self)
