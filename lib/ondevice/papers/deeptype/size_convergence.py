@@ -110,8 +110,12 @@ def diagnosis(
     the 2-gram counted on the same words, and the smaller size's LSTM (`kept`: the kept epochs'
     points) beside that 2-gram, with the held-out control (`checks`: `control`). Open while an LSTM
     stays below its n-gram, unless every remedy was tried on it (`tried`: `remedies_table`) and it
-    stayed below: then the cause is the amount of text (data), and the remedies are quoted."""
-    if claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) != "unexplained":
+    stayed below: then the cause is the amount of text (data), and the remedies are quoted. None
+    without `checks` or for a row the audit does not flag."""
+    if (
+        checks is None
+        or claims.audit(row["paper change"], row["our change"], row["ci low"], row["ci high"]) != "unexplained"
+    ):
         return None
     s = checks.groupby("training_words").agg(kept=("kept_epoch", "median"), run=("epochs", "median"))
     s = s.join(checks.groupby("training_words")[["plateau"]].all())

@@ -213,8 +213,7 @@ def choose(params: Params, corpus: Corpus, sets: TrainingSets, entries: dict, tr
     them; every model tried, `size_convergence.remedies_table`)."""
     chosen, names = conv.choose(entries, tried)
     checks = convergence(params, corpus, sets, chosen, base, log)
-    held = dict(zip(checks.training_words, checks.ngram_holdout_top_k_eff))
-    table = conv.remedies_table(entries, tried, names, held)
+    table = conv.remedies_table(entries, tried, names, dict(zip(checks.training_words, checks.ngram_holdout_top_k_eff)))
     return chosen, checks.assign(model=[names[k] for k in zip(checks.seed, checks.training_words)]), table
 
 
@@ -246,18 +245,17 @@ def effects(params: Params, points: pd.DataFrame, checks=None, base=None, tried=
         better, worse, rng = sizes[e["better"]], sizes[e["worse"]], streams.rng(params.seed, f"bootstrap/{e['claim']}")
         first = {"effect": e["claim"], "words": f"{worse} -> {better}", "paper change": paper[e["paper"]]}
         row = effect_row(first, _final(points, better), _final(points, worse), rng, params.bootstrap)
-        kept = points[points.kept]
-        why = conv.diagnosis(row, checks, base, kept, worse, better, tried) if checks is not None else None
-        rows.append(diagnosed(row, why))
+        rows.append(diagnosed(row, conv.diagnosis(row, checks, base, points[points.kept], worse, better, tried)))
     return pd.DataFrame(rows)
 
 
-def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries, base, checks, wall_time_s: float, tried=None):
-    """Tables, headline numbers per seed, the paper's numbers beside ours, and the verdicts (`entries`,
-    `checks`: each size's chosen model and its control, `choose`; `tried`: every model tried,
-    `size_convergence.remedies_table`)."""
-    points, stops, (small, *_, second, large) = curve(entries), checks, sorted(sets.sets)
-    final = {w: np.median(_final(points, w), axis=1) for w in (small, second, large)}
+def conclude(params: Params, corpus: Corpus, sets, entries, base, checks, wall_time_s: float, chosen=None, tried=None):
+    """Tables, headline numbers per seed, the paper's numbers beside ours, and the verdicts: Fig. 2's
+    curves are the main rule's (`entries`), the effects each size's chosen model's (`chosen`,
+    `checks`: `choose`; `tried`: every model tried, `size_convergence.remedies_table`)."""
+    points, kept = curve(entries), curve(chosen or entries)
+    stops, (small, *_, second, large) = checks, sorted(sets.sets)
+    final = {w: np.median(_final(kept, w), axis=1) for w in (small, second, large)}
     per_seed = {
         "top-k-eff, smallest training set": final[small],
         "top-k-eff, second largest training set": final[second],
@@ -270,7 +268,7 @@ def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries, base, 
     c.headlines(per_seed | converge, {q: 1.0 for q in converge})
     numbers = c.paper_vs_ours()
     numbers["ours: words"] = [small, second, f"{small} -> {second}", f"{second} -> {large}", large]
-    c.effect_rows(effects(params, points, stops, base, tried))
+    c.effect_rows(effects(params, kept, stops, base, tried))
     evaluation = pd.DataFrame([{"user": u, "evaluation_words": len(s)} for u, s in sets.evaluation.items()])
     tables = {
         "training_sets": sets.table(),
@@ -280,7 +278,7 @@ def conclude(params: Params, corpus: Corpus, sets: TrainingSets, entries, base, 
         "training": conv.training(entries),
         "stopping": stops,
         "baseline": base,
-        "medians": conv.medians(points, base),
+        "medians": conv.medians(kept, base),
     } | ({"remedies": tried} if tried is not None else {})
     cached = {f"{s}/{w}": e.hit for (s, w), e in entries.items()}
     below = {f"{s}/{w}": bool(b) for s, w, b in zip(stops.seed, stops.training_words, stops.below_ngram)}
@@ -297,4 +295,4 @@ def run(params: Params, speeches=None, log=print):
     base = baselines(params, corpus, sets, log)
     tried = remedies(params, corpus, sets, convergence(params, corpus, sets, entries, base, log), log)
     chosen, checks, table = choose(params, corpus, sets, entries, tried, base, log)
-    return conclude(params, corpus, sets, chosen, base, checks, time.perf_counter() - start, table)
+    return conclude(params, corpus, sets, entries, base, checks, time.perf_counter() - start, chosen, table)
