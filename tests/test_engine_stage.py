@@ -61,3 +61,22 @@ def test_fingerprint_counts_content_not_identity():
     assert fingerprint(a) != fingerprint({**a, "w": [np.arange(3, dtype=np.float64)]})  # the type counts
     assert fingerprint(a) != fingerprint({**a, "w": [np.arange(3, dtype=np.float32).reshape(1, 3)]})  # the shape
     assert fingerprint(["ab", "c"]) != fingerprint(["a", "bc"])  # a sentence's words stay apart
+
+
+@resumable("per_seed", part=lambda params, seed, log=print: f"seed{seed}")
+def per_seed_stage(params: Fields, seed: int, log=print):
+    CALLS.append(seed)
+    log(f"seed {seed} at {params.rate}")
+    return seed * params.rate
+
+
+def test_a_stage_with_parts_keeps_one_file_per_part_and_resumes_each(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ONDEVICE_JOBS_DIR", str(tmp_path))
+    CALLS.clear()
+    params = Fields(0.5, (1,))
+    assert [per_seed_stage(params, s) for s in (0, 1)] == [0.0, 0.5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stage-per_seed-seed0.pkl", "stage-per_seed-seed1.pkl"]
+    (tmp_path / "stage-per_seed-seed1.pkl").unlink()  # seed 1 interrupted: only seed 1 is computed again
+    capsys.readouterr()
+    assert [per_seed_stage(params, s) for s in (0, 1)] == [0.0, 0.5] and CALLS == [0, 1, 1]
+    assert capsys.readouterr().out.startswith("[stage] per_seed-seed0: read back from")

@@ -74,8 +74,10 @@ def _is_keras_model(obj) -> bool:
     return any(c.__name__ in ("Model", "Layer") and "keras" in c.__module__ for c in type(obj).__mro__)
 
 
-def resumable(name: str):
-    """Decorate a stage function so that its result is kept and reused as the module's docstring says."""
+def resumable(name: str, part=None):
+    """Decorate a stage function so that its result is kept and reused as the module's docstring says.
+    `part(*args, **kwargs)`, when given, names the call's own file (e.g. a kind and a seed), so a
+    stage called once per part resumes part by part."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -83,7 +85,7 @@ def resumable(name: str):
             root = os.environ.get("ONDEVICE_JOBS_DIR", "")
             if not root:
                 return fn(*args, **kwargs)
-            path = Path(root) / f"stage-{name}.pkl"
+            path = Path(root) / f"stage-{name}{f'-{part(*args, **kwargs)}' if part else ''}.pkl"
             code = code_digest(module_files(fn.__module__))
             kept = lambda v: not callable(v) and not _is_keras_model(v)  # noqa: E731 (a log passed or not)
             digest = fingerprint(
@@ -94,7 +96,7 @@ def resumable(name: str):
             except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
                 stored = {}
             if stored.get("digest") == digest:
-                print(f"[stage] {name}: read back from {path} (this run's inputs and code)")
+                print(f"[stage] {path.stem[6:]}: read back from {path} (this run's inputs and code)")
                 sys.stdout.write(stored["printed"])
                 return stored["result"]
             printed = _Tee(sys.stdout)  # as the model cache keeps what training printed

@@ -41,6 +41,7 @@ from ondevice import streams
 from ondevice.data import femnist, manifests, per_user_text, sent140
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, Samples, Vocabulary, build_samples, sentences
+from ondevice.engine.stage import fingerprint
 from ondevice.models import lstm_lm, mobilenet_v1
 from ondevice.params import Params
 from ondevice.tasks import inference
@@ -354,6 +355,11 @@ class Pretrained:
 
     def history(self) -> pd.DataFrame:
         return pd.DataFrame(self.info.get("history", []))
+
+    def digest(self) -> str:
+        """What a resumable stage counts (`engine.stage`): the start weights, not whether they came
+        from the cache (a resumed run finds in the cache what its first sitting trained)."""
+        return fingerprint(self.weights)
 
 
 PRETRAIN_FIELDS = tuple(

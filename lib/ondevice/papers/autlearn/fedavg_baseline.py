@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.engine.stage import resumable
 from ondevice.papers.autlearn import cached_runs, cloud_baselines, common, protocol, report
 from ondevice.papers.autlearn.common import MODEL_NAMES
 from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
@@ -125,7 +126,14 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
 
 def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice:
     """The module's rule on one kind, from the first seed's public model (with its screen); the
-    model is left with the chosen run's weights."""
+    model is left with the chosen run's weights. Resumable per kind (`engine.stage`)."""
+    choice = _choose(params, kind, data, pre, log)
+    pre.model.set_weights(choice.weights)
+    return choice
+
+
+@resumable("fedavg_choice", part=lambda params, kind, *args, **kwargs: kind)
+def _choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choice:
     holdout, screen = cloud_baselines.holdout_loss(kind, data.validation), screen_rounds(params, kind)
     runs, rows = [], []
     grid = [(e, r) for e in params.fedavg_epoch_candidates for r in getattr(params, f"{kind}_fedavg_rate_candidates")]

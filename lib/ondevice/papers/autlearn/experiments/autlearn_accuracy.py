@@ -19,7 +19,7 @@ relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-devic
 are chosen on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
 
 Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `fedavg_baseline.choose_all`,
-`text_methods`, `image_methods`, `on_device`, `conclude`; `run` calls them all.
+`text_methods`, `image_methods`, `on_device`, `conclude`; `run` calls them all; long ones resume (`engine.stage`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
+from ondevice.engine.stage import resumable
 from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, fedavg_baseline, protocol, report
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
@@ -144,6 +145,7 @@ def pretrain(params: Params, text, images, log=print) -> dict[str, dict[int, com
     return common.pretrained_models(params, text, images, log)
 
 
+@resumable("choose_rates")
 def choose_rates(params: Params, text, images, pre, log=print) -> tuple[Params, pd.DataFrame]:
     """Both models' on-device rates and epochs chosen on their validation users, from the first seed's public models."""
     return protocol.choose_steps(params, text, images, {kind: pre[kind][params.seed] for kind in pre}, log)
@@ -164,6 +166,7 @@ def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], 
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
 
+@resumable("methods", part=lambda params, kind, data, pre, seed, *args: f"{kind}-seed{seed}")
 def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, log):
     rows, history, (model, start) = [], [], (pre.model, pre.weights)
     task, step = protocol.task(params, kind), protocol.PersonalTrainer(params, kind, model)
@@ -289,8 +292,7 @@ def run(params: Params, log=print) -> record.Result:
     rates = pd.concat([rates, fedavg_rates], ignore_index=True)
     rows, history = text_methods(params, text, pre, fedavg, log)
     more, more_history = image_methods(params, images, pre, fedavg, log)
-    check = on_device(params, text, pre, log)
-    wall = time.perf_counter() - start
+    check, wall = on_device(params, text, pre, log), time.perf_counter() - start
     return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall)
 
 
