@@ -57,6 +57,15 @@ def test_a_cells_model_cache_lines_give_the_training_it_did_and_the_entries_it_u
     assert timings.cell_models(cell(trained)) == (125.0, {entry: 125.0})
     assert timings.cell_models(cell(reused)) == (0.0, {entry: 125.0})  # used, trained by an earlier run
     assert timings.cell_models(cell("[model cache] toy: trained in soon")) == (0.0, {})
+    # waited while another process trained it (the line the cache prints on a held lock), then reused
+    waited = f"[model cache] toy: another process is training {entry}; waiting for it\n" + reused
+    assert timings.cell_models(cell(waited)) == (125.0, {entry: 125.0})
+    executed(tmp_path / "w" / "w.ipynb", [("m = exp.train(p)", 100.0)])  # waited 100 s of the 125
+    nb = nbformat.read(tmp_path / "w" / "w.ipynb", as_version=4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=waited)]
+    nbformat.write(nb, tmp_path / "w" / "w.ipynb")
+    assert [r["trained_s"] for r in timings.notebook_stages(tmp_path / "w" / "w.ipynb")] == [100.0]  # capped
+    (tmp_path / "w" / "w.ipynb").unlink()
     executed(tmp_path / "a" / "a.ipynb", [("m = exp.train(p)", 130.0), ("exp.report(m)", 1.5)])
     nb = nbformat.read(tmp_path / "a" / "a.ipynb", as_version=4)
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=trained)]

@@ -100,7 +100,7 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, 
         meta = cell.get("metadata", {}).get("papermill", {})
         if meta.get("status") == "completed":  # seconds without the global-model training it did
             duration = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
-            finished[key] = duration - cell_models(cell)[0]
+            finished[key] = duration - min(cell_models(cell)[0], duration) if duration == duration else duration
         elif meta.get("status") == "running" and meta.get("start_time"):
             try:
                 running_for = max(0.0, (now - datetime.fromisoformat(meta["start_time"])).total_seconds())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import platform
 import re
@@ -47,16 +48,19 @@ def stage_of(source: str) -> str:
 # the model cache's lines (training/model_cache.py): an entry this cell trained, or one it reused
 TRAINED = re.compile(r"^\[model cache\] \S+: trained in (\d+)s, stored in (\S+)\s*$", re.M)
 REUSED = re.compile(r"^\[model cache\] \S+: reusing (\S+) \(trained [^)]*? in (\d+)s\)", re.M)
+WAITED = re.compile(r"^\[model cache\] \S+: another process is training (\S+); waiting for it\s*$", re.M)
 
 
 def cell_models(cell: dict) -> tuple[float, dict[str, float]]:
-    """The seconds a cell spent training global models (entries it stored), and every model-cache
-    entry it trained or reused -> the seconds its training took: a cold run's extra time is known
-    even from a warm run's record (report/progress.py)."""
+    """The seconds a cell spent training global models (entries it stored, and entries it waited
+    for while another process trained them: at most their training time, so callers cap it at the
+    cell's duration), and every model-cache entry it trained or reused -> the seconds its training
+    took: a cold run's extra time is known even from a warm run's record (report/progress.py)."""
     text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
     trained = {Path(p).name: float(s) for s, p in TRAINED.findall(text)}
     used = {Path(p).name: float(s) for p, s in REUSED.findall(text)} | trained
-    return sum(trained.values()), used
+    waited = {name for name in WAITED.findall(text) if name in used and name not in trained}
+    return sum(trained.values()) + sum(used[name] for name in waited), used
 
 
 def notebook_stages(path: Path) -> list[dict]:
@@ -76,7 +80,7 @@ def notebook_stages(path: Path) -> list[dict]:
                 "cell": index,
                 "stage": stage_of(source),
                 "seconds": float(seconds) if seconds is not None else float("nan"),
-                "trained_s": (models := cell_models(cell))[0],
+                "trained_s": min((models := cell_models(cell))[0], float(seconds) if seconds is not None else math.inf),
                 "models": " ".join(f"{entry}={s:.0f}" for entry, s in models[1].items()),
             }
         )
