@@ -415,13 +415,19 @@ def test_profile_diagnosis_names_the_machine_only_when_slower_matmuls_explain_th
 
     zero = (0.0, 0.0, 0.0, 0.0)
     # the matmuls lose 75% of their work but only 25% of their time; the other parts are negligible
-    slow = dict.fromkeys(step_profile.PARTS, zero) | {"softmax matmuls": (4.0, 3.0, 100.0, 25.0)}
+    slow = dict.fromkeys(step_profile.TEXT_PARTS, zero) | {"softmax matmuls": (4.0, 3.0, 100.0, 25.0)}
     d = step_profile.diagnosis(profile_table(slow))
     assert d.kind == Kind.HARDWARE and "counted FLOPs predict 1.00 ms, measured 3.00" in d.text
     # the matmuls follow their work exactly; the cross-entropy (no counted FLOPs) keeps its 3 ms
     kept = slow | {"softmax matmuls": (4.0, 1.0, 100.0, 25.0), "cross-entropy": (3.0, 3.0, 0.0, 0.0)}
     d = step_profile.diagnosis(profile_table(kept))
     assert d.kind == Kind.OPEN and "2.25 ms is work SVD leaves" in d.text and d.section == step_profile.SECTION
+    # at the paper scale's sizes the step follows the paper's +400%: within 3x of it names the scale
+    d = step_profile.diagnosis(profile_table(kept), "SVD", (1.5, 3.0), 4.0)
+    assert d.kind == Kind.SCALE and "the step's time changes +150% (+300% by FLOPs)" in d.text
+    # +20% at the paper's sizes is more than 3x below +400%: the profile's own rule decides
+    assert step_profile.diagnosis(profile_table(slow), "SVD", (0.2, 3.0), 4.0).kind == Kind.HARDWARE
+    assert step_profile.diagnosis(profile_table(kept), "SVD", (-0.5, 3.0), 4.0).kind == Kind.OPEN
 
 
 def test_step_profile_reads_each_part_of_real_steps_from_the_profiler_and_leaves_the_weights():
@@ -437,7 +443,7 @@ def test_step_profile_reads_each_part_of_real_steps_from_the_profiler_and_leaves
     y = np.random.default_rng(5).integers(1, 30, x.shape).astype(np.int32)
     models = [("uncompressed", base, "softmax"), ("SVD", svd, "softmax")]
     table = step_profile.measure(params, models, [(x, y), (x[:2, :4], y[:2, :4])])
-    assert list(table.part) == 2 * list(step_profile.PARTS) and (table.step_wall_time_ms > 0).all()
+    assert list(table.part) == 2 * list(step_profile.TEXT_PARTS) and (table.step_wall_time_ms > 0).all()
     busy = table.pivot(index="part", columns="method", values="op_time_ms")
     # the profiler saw the ops of each named part of both steps, and named most of their time
     for part in ("LSTM layers", "softmax matmuls", "cross-entropy", "trained layer's gradient", "optimizer update"):
@@ -451,6 +457,90 @@ def test_step_profile_reads_each_part_of_real_steps_from_the_profiler_and_leaves
     assert flops.loc["embedding", "SVD"] == flops.loc["cross-entropy", "SVD"] == 0
     for model, weights in zip((base, svd), before):
         assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights))
+
+
+def test_a_mobilenet_step_is_profiled_into_its_parts():
+    from ondevice.models import mobilenet_v1
+    from ondevice.papers.autlearn import step_profile
+    from ondevice.papers.autlearn.experiments import autlearn_cost as exp
+
+    params = exp.Params.for_scale("smoke", 0, timing_repeats=1)
+    base = pruning.flatten(mobilenet_v1.build(None, 0.25, 32, 62, seed=0))
+    pruned = pruning.prune(base, "conv_pw_13", pruning.lowest_units(base.get_layer("conv_pw_13"), 200))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((4, 28, 28, 1)).astype(np.float32), rng.integers(0, 62, 4)
+    models = [("uncompressed", base, mobilenet_v1.HEAD), ("structured pruning", pruned, mobilenet_v1.HEAD)]
+    table = step_profile.measure(params, models, [(x, y)], "image")
+    busy = table.pivot(index="part", columns="method", values="op_time_ms")
+    for part in ("input", "convolutions", "depthwise convolutions", "head and cross-entropy", "optimizer update"):
+        assert (busy.loc[part] > 0).all(), part
+    assert (busy.loc["other"] < 0.5 * busy.sum()).all()
+    flops = table.pivot(index="part", columns="method", values="counted_mflops")
+    # the last convolution's filters go, and with them the head's inputs: 256 -> 56 features into 62 classes
+    assert flops.loc["convolutions", "structured pruning"] < flops.loc["convolutions", "uncompressed"]
+    head = [4 * 2 * n * 62 / 1e6 for n in (256, 56)]  # 4 images
+    assert flops.loc["head and cross-entropy", ["uncompressed", "structured pruning"]].tolist() == pytest.approx(head)
+
+
+def test_the_paper_size_model_keeps_each_compressions_share_of_every_layer():
+    from ondevice.models import svd_compression
+    from ondevice.papers.autlearn import paper_size
+    from ondevice.papers.autlearn.compression import Compressed
+
+    base, wide = small_lstm(), lstm_lm.build(lstm_lm.LSTMConfig(40, 30, 16, 48, 2), seed=1)
+    pruned = pruning.prune(base, "lstm_2", pruning.lowest_units(base.get_layer("lstm_2"), 9))  # 12 -> 3
+    variant = Compressed("text", "structured pruning", pruned, "", 0.0, "softmax")
+    like = paper_size.like(variant, base, wide)
+    assert pruning.width(like.get_layer("lstm_2")) == 12 and pruning.width(like.get_layer("lstm_1")) == 48
+    assert like.get_layer("softmax").input_shape[-1] == 12 and pruning.width(wide.get_layer("lstm_2")) == 48
+    svd = Compressed("text", "SVD", svd_compression.compress(base, 3), "", 0.0, "softmax")  # rank 3 of 12
+    assert paper_size.like(svd, base, wide).get_layer(svd_compression.PROJECTION).units == 12
+
+
+def test_paper_size_changes_are_the_users_median_ratios_to_the_uncompressed_step():
+    from ondevice.papers.autlearn import paper_size
+
+    rows = []
+    for user, (base, pruned) in {"a": (2.0, 1.0), "b": (3.0, 1.0), "c": (4.0, 1.0)}.items():
+        rows += [dict(model="LSTM", batch=16, user=user, method="uncompressed", step_seconds=base, gflops=8.0)]
+        rows += [dict(model="LSTM", batch=16, user=user, method="structured pruning", step_seconds=pruned, gflops=2.0)]
+    table = paper_size.with_changes(pd.DataFrame(rows).sample(frac=1.0, random_state=0))
+    assert (table[table.method == "uncompressed"][["time_change", "work_change"]] == 0).all().all()
+    summary = paper_size.changes(table)
+    assert paper_size.change_of(summary, "LSTM", "structured pruning") == pytest.approx((2.0, 3.0))
+    assert paper_size.change_of(summary, "LSTM", "SVD") is None
+
+
+def test_every_compression_row_and_the_energy_row_get_the_profiles_diagnosis():
+    from ondevice.papers.autlearn import paper_size, step_profile
+    from ondevice.report.claims import Kind
+
+    zero = (0.0, 0.0, 0.0, 0.0)
+    parts = dict.fromkeys(step_profile.TEXT_PARTS, zero) | {"softmax matmuls": (4.0, 1.0, 100.0, 25.0)}
+    lstm = profile_table(parts | {"cross-entropy": (3.0, 3.0, 0.0, 0.0)})
+    pruned = lstm[lstm.method == "SVD"].assign(method="structured pruning")
+    images = profile_table(dict.fromkeys(step_profile.IMAGE_PARTS, zero) | {"convolutions": (2.0, 2.0, 10.0, 6.0)})
+    images = images.replace({"SVD": "structured pruning"})
+    ops = pd.concat(
+        [pd.concat([lstm, pruned]).assign(model="LSTM", batch=16)]
+        + [images.assign(model="MobileNet", batch=b) for b in (1, 16)]
+    )
+    rows = [
+        dict(model="LSTM", batch=16, user="u", method=m, step_seconds=s, gflops=g)
+        for m, s, g in (("uncompressed", 5.0, 4.0), ("SVD", 1.0, 1.0), ("structured pruning", 4.0, 1.0))
+    ]
+    profile = step_profile.Profile(ops, paper_size.with_changes(pd.DataFrame(rows)))
+    claims = ["SVD shortens the LSTM's epoch", "structured pruning shortens the LSTM's epoch"]
+    claims += [f"structured pruning shortens MobileNet's epoch (batch {b})" for b in (1, 16)]
+    flops = pd.DataFrame({"effect": [*claims, step_profile.ENERGY], "paper change": [4.0, 4.0, 0.333, 0.333, 4.0]})
+    why = profile.diagnoses(flops)
+    assert set(why) == {*claims, step_profile.ENERGY}
+    assert why[claims[0]].kind == Kind.SCALE and "changes +400%" in why[claims[0]].text  # 5.0 / 1.0 - 1
+    assert why[claims[1]].kind == Kind.OPEN and "changes +25%" in why[claims[1]].text  # 25% is below 400% / 3
+    assert why[step_profile.ENERGY].text.endswith(why[claims[1]].text)
+    # MobileNet has no paper-size rows here: its convolutions lose 40% of their work and none of their time
+    assert why[claims[2]].kind == Kind.HARDWARE and "paper scale" not in why[claims[2]].text
+    assert set(profile.tables()) == {"step_profile", "paper_size_time", "paper_size_changes"}
 
 
 def test_profiled_ops_are_read_into_the_parts_of_the_step():
@@ -469,6 +559,18 @@ def test_profiled_ops_are_read_into_the_parts_of_the_step():
         "NotEqual:NotEqual": "other",
     }
     assert {op: part_of(op) for op in known} == known
+    images = {
+        "mobilenet_v1/grey_to_rgb/concat:ConcatV2": "input",
+        "mobilenet_v1/conv_pw_9_relu/Relu6:_MklNativeFusedConv2D": "convolutions",
+        "mobilenet_v1/conv_dw_9/depthwise:_MklNativeDepthwiseConv2dNative": "depthwise convolutions",
+        "mobilenet_v1/conv_dw_1_bn/FusedBatchNormV3:_MklNativeFusedBatchNormV3": "batch normalisation",
+        "mobilenet_v1/conv_pad_2/Pad:Pad": "activations and padding",
+        "mobilenet_v1/logits/BiasAdd:BiasAdd": "head and cross-entropy",
+        "gradient_tape/mobilenet_v1/logits/MatMul/MatMul:_MklMatMul": "trained layer's gradient",
+        "Adam/Sqrt:Sqrt": "optimizer update",
+        "ReadVariableOp:ReadVariableOp": "other",
+    }
+    assert {op: part_of(op, "image") for op in images} == images
 
 
 def toy_cloud():

@@ -296,8 +296,14 @@ def autlearn_cost_sanity(out: Path) -> None:
     summary = pd.read_csv(t / "compression_summary.csv")
     ablation = summary[summary.method == "magnitude pruning"].role
     assert summary.work_removed.between(0, 1).all() and ablation.str.startswith("our ablation").all()
-    profile = pd.read_csv(t / "step_profile.csv")
-    assert set(profile.method) == {"uncompressed", "SVD"} and (profile.step_wall_time_ms > 0).all()
+    profile = pd.read_csv(t / "step_profile.csv")  # every paper compression's step profiled beside the uncompressed one
+    profiled = {(m, b): set(g.method) for (m, b), g in profile.groupby(["model", "batch"])}
+    assert profiled == {("LSTM", 16): {"uncompressed", "SVD", "structured pruning"}} | {
+        ("MobileNet", b): {"uncompressed", "structured pruning"} for b in (1, 16)
+    }
+    assert (profile.step_wall_time_ms > 0).all()
+    wide = pd.read_csv(t / "paper_size_changes.csv")  # the same compressions at the paper scale's sizes, timed
+    assert len(wide) == 4 and wide.work_change.gt(0).all() and wide.time_change.notna().all()
     epochs = pd.read_csv(t / "epochs.csv")
     assert (epochs[["steps", "gflops", "epoch_seconds"]] > 0).all().all()
     assert set(epochs[epochs.model == "MobileNet"].batch) == {1, 16} and set(epochs[epochs.model == "LSTM"].batch) == {

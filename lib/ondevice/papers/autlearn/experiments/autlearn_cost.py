@@ -9,13 +9,13 @@ pass, as on the paper's phones), batch 16 for the LSTM and 1 and 16 for MobileNe
   paper's structured pruning searched to `max_accuracy_drop` of held-out accuracy (re-training: `retraining`);
   DeepType's SVD of the softmax, re-trained, at the smallest rank inside the budget (`techniques/svd_rank.py`);
   our ablation, not compared with the paper's number: tensorflow-model-optimization's magnitude pruning.
-  Work removed, accuracy lost, time saved (`compression.summary`); why SVD's time does not follow (`step_profile`).
+  Work removed, accuracy lost, time saved (`compression.summary`); why a compression's time does not
+  follow its work (`step_profile`, and the same compressions at the paper's sizes, `paper_size`).
 - Compiler (`techniques/compiler.py`): the TensorFlow step (`tf.function`), the same step compiled
   by XLA (`jit_compile`) and the trainable TFLite file's `train` signature. The paper extended TVM
   with gradient operators and tuned it per phone; XLA and TFLite stand in for it here.
-- Online learning with and without DeepType's inference cache (`inference_reuse`).
-- Phones: the LSTM's epoch extrapolated to the Redmi Note 8 and the Nexus 6 from FLASH's
-  measured per-layer training times (`device/availability.py`), labelled extrapolated.
+- Online learning with and without DeepType's inference cache (`inference_reuse`). Phones: the LSTM's epoch
+  extrapolated to the Redmi Note 8 and Nexus 6 from FLASH's measured per-layer times (`device/availability.py`).
 - Energy (A6): the modelled meter of `device/energy` (the Nexus 6 power profile x busy time),
   un-optimised vs optimised (pruned, and XLA-compiled when times are measured) under the
   `performance` and `powersave` governors, normalised to un-optimised on `performance`.
@@ -246,7 +246,7 @@ def conclude(
     params, data, variants, rounds, epochs, compiled, parity, online_table, phones, energy_table, profile, wall
 ) -> record.Result:
     """Tables, the paper's ratios beside ours (medians over users, relative to each quantity's
-    baseline) and paired verdicts. With measured time the SVD row's diagnosis is the step's profile
+    baseline) and paired verdicts. With measured time a compression's diagnosis is its step's profile
     (`step_profile`); counted time follows the count, and the FLOP line stays. `phones`: the phone
     times and the fits' quality (`costs.phones`)."""
     measured = report.cost_quantities(epochs, online_table, energy_table)
@@ -258,7 +258,7 @@ def conclude(
     # open: the work removed is our models' and our techniques', so a shortfall stays ours
     why = {r.effect: claims.Diagnosis(report.flop_diagnosis(r), FLOPS_SECTION) for _, r in flops.iterrows()}
     if params.time_source == "measured":
-        why["SVD shortens the LSTM's epoch"] = step_profile.diagnosis(profile)
+        why |= profile.diagnoses(flops)
     repeats = params.timing_repeats if params.time_source == "measured" else None  # each user's median pass
     rng = streams.rng(params.seed, "bootstrap")
     effects = c.effects(pairs, rng, n_boot=params.bootstrap, diagnoses=why, repeats=repeats)
@@ -271,7 +271,7 @@ def conclude(
     tables = dict(compression=comp, pruning_rounds=rounds, svd_ranks=compression.svd_ranks(variants), epochs=epochs)
     tables |= dict(zip(("retrain_rates", "retrain_control"), compression.retrain_control(variants)))
     tables["adaptation"] = compression.adaptation(variants)
-    tables |= dict(compression_summary=compression.summary(comp, epochs), step_profile=profile)
+    tables |= dict(compression_summary=compression.summary(comp, epochs), **profile.tables())
     tables |= dict(compiler_time=compiled, compiler_time_effects=report.compiler_effects(params, compiled))
     tables |= dict(compiler_parity=parity, online=online_table, phone_times=phones[0], layer_time_fit=phones[1])
     tables |= dict(energy=energy_table, governor_claims=report.governor_claims(params, energy_table))
