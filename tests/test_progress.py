@@ -196,3 +196,26 @@ def test_a_cold_run_counts_the_training_of_missing_global_models_once_and_a_warm
     )
     staged.write_text(json.dumps(nb))
     assert cells_done(staged)[0] == {("train", 0): 100.0}
+
+
+def test_a_cell_that_read_its_results_back_from_a_stage_file_sets_no_pace(tmp_path):
+    """A resumed run reads finished stages back in a second (engine.stage): against their recorded
+    105 s and 1,476 s that would read as a pace of x0.01 and shrink every estimate."""
+    (tmp_path / "timings.csv").write_text(REAL)
+    path = _staged(
+        tmp_path,
+        "autlearn_accuracy",
+        ["completed", "completed", "running"],
+        start=datetime.now(timezone.utc),
+        durations={0: 1.0, 1: 1.5},
+        sources={0: "choose_rates", 1: "text_methods", 2: "image_methods"},
+    )
+    nb = json.loads(path.read_text())
+    back = "[stage] choose_rates: read back from /x/stage-choose_rates.pkl (this run's inputs and code)\n"
+    nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [back]}]
+    nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["LSTM: FedAvg round 1\n"]}]
+    path.write_text(json.dumps(nb))
+    finished, _ = cells_done(path)
+    assert finished[("choose_rates", 0)] != finished[("choose_rates", 0)]  # NaN: read back
+    assert finished[("text_methods", 0)] == 1.5
+    assert pace(recorded(tmp_path), {"autlearn_accuracy": finished}) == (1.5 / 1475.652345, 1)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .timings import cell_models, stage_of
+from .timings import cell_models, resumed, stage_of
 
 Cell = tuple[str, int]  # (stage, how many earlier code cells of the notebook have that stage)
 
@@ -86,7 +86,8 @@ def _keys(stages: list[str]) -> list[Cell]:
 
 def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, float], float] | None:
     """The finished code cells of a notebook papermill executed or is executing (cell -> seconds
-    without the global-model training they did, NaN when papermill gave none), and the seconds the
+    without the global-model training they did; NaN when papermill gave none, or when the cell read
+    results back from an earlier run's stage file, `timings.resumed`), and the seconds the
     running cell has taken so far; None when the copy is missing or half-written (read it again later)."""
     try:
         cells = json.loads(executed.read_text(encoding="utf-8")).get("cells", [])
@@ -99,7 +100,8 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, 
     for key, cell in zip(_keys([stage_of(src) for src in sources]), code):
         meta = cell.get("metadata", {}).get("papermill", {})
         if meta.get("status") == "completed":  # seconds without the global-model training it did
-            duration = float(meta["duration"]) if meta.get("duration") is not None else float("nan")
+            given = meta.get("duration") is not None and not resumed(cell)
+            duration = float(meta["duration"]) if given else float("nan")
             finished[key] = duration - min(cell_models(cell)[0], duration) if duration == duration else duration
         elif meta.get("status") == "running" and meta.get("start_time"):
             try:

@@ -51,12 +51,25 @@ REUSED = re.compile(r"^\[model cache\] \S+: reusing (\S+) \(trained [^)]*? in (\
 WAITED = re.compile(r"^\[model cache\] \S+: another process is training (\S+); waiting for it\s*$", re.M)
 
 
+RESUMED = re.compile(r"^\[stage\] \S+: read back from ", re.M)
+
+
+def _stream_text(cell: dict) -> str:
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def resumed(cell: dict) -> bool:
+    """Whether a cell read some of its results back from an earlier run's stage file
+    (`engine.stage`): its time says nothing of how fast this run works."""
+    return bool(RESUMED.search(_stream_text(cell)))
+
+
 def cell_models(cell: dict) -> tuple[float, dict[str, float]]:
     """The seconds a cell spent training global models (entries it stored, and entries it waited
     for while another process trained them: at most their training time, so callers cap it at the
     cell's duration), and every model-cache entry it trained or reused -> the seconds its training
     took: a cold run's extra time is known even from a warm run's record (report/progress.py)."""
-    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    text = _stream_text(cell)
     trained = {Path(p).name: float(s) for s, p in TRAINED.findall(text)}
     used = {Path(p).name: float(s) for p, s in REUSED.findall(text)} | trained
     waited = {name for name in WAITED.findall(text) if name in used and name not in trained}
