@@ -336,6 +336,28 @@ def test_time_steps_takes_the_median_pass_so_one_disturbed_pass_does_not_count()
     assert per_step < 0.02  # the slow pass (0.05 s per step) is not the median
 
 
+def test_interleaved_passes_keep_the_ratio_when_the_machine_slows_down_for_a_while(monkeypatch):
+    """Two steps, one with twice the other's work, on a clock that runs 4x slower after the first two
+    repeats. Timed one after the other, the slow half would fall on the second step alone (ratio 0.5);
+    interleaved, each step has two fast and two slow passes and the ratio stays 2."""
+    from ondevice.papers.autlearn import step_timing
+
+    clock, calls = [0.0], []
+
+    def make(name, cost):
+        def step(x, y):
+            calls.append(name)
+            clock[0] += cost * (4.0 if len(calls) > 6 else 1.0)  # 2 warm-up calls and 2 repeats, then slower
+
+        return step
+
+    monkeypatch.setattr(step_timing.time, "perf_counter", lambda: clock[0])
+    steps = {"big": make("big", 2.0), "small": make("small", 1.0)}
+    timed = step_timing.time_interleaved(steps, [(np.zeros(2), None)], timing_steps=1, warmup_steps=1, repeats=4)
+    assert calls == ["big", "small"] + ["big", "small", "small", "big"] * 2
+    assert timed["big"][0] / timed["small"][0] == pytest.approx(2.0) and timed["big"][1] == 1
+
+
 def test_svd_rank_search_retrains_until_inside_the_budget_and_keeps_the_smallest_rank():
     from ondevice.papers.autlearn.techniques import svd_rank
 

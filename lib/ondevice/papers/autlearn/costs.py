@@ -72,45 +72,51 @@ def epochs(params, data, kind: str):
             yield batch, user, protocol.batches(params, kind, train[user], batch, rng)
 
 
-def _time(params, step, batches: list) -> tuple[float, int]:
-    return step_timing.time_steps(step, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
+def _time(params, steps: dict, batches: list) -> dict[str, tuple[float, int]]:
+    return step_timing.time_interleaved(steps, batches, params.timing_steps, params.warmup_steps, params.timing_repeats)
 
 
 def time_epochs(params, data, variants: dict, log=print) -> pd.DataFrame:
     """Per model, batch size, timed user and compression: one personal epoch of last-layer training
-    on the TensorFlow path, in seconds (measured: mean steady step x steps; counted: FLOPs on the
+    on the TensorFlow path, in seconds (measured: mean steady step x steps, the compressions' passes
+    interleaved on each user's batches, `step_timing.time_interleaved`; counted: FLOPs on the
     modelled CPU), with its counted GFLOPs beside it."""
     rows, measured = [], params.time_source == "measured"
     with quiet_tracing():
         for kind, compressed in variants.items():
-            for v in compressed:
-                step = step_timing.step_function(params, kind, "tensorflow", v.model, v.head) if measured else None
-                for batch, user, batches in epochs(params, data, kind):
+            steps = {}
+            for v in compressed if measured else ():
+                steps[v.method] = step_timing.step_function(params, kind, "tensorflow", v.model, v.head)
+            for batch, user, batches in epochs(params, data, kind):
+                timed = _time(params, steps, batches) if measured else {}
+                for v in compressed:
                     flops = epoch_flops(v.model, v.head, batches)
-                    per_step, timed = _time(params, step, batches) if measured else (0.0, 0)
+                    per_step, n = timed.get(v.method, (0.0, 0))
                     seconds = per_step * len(batches) if measured else counted_seconds(params, flops)
                     row = dict(model=MODEL_NAMES[kind], batch=batch, user=user, method=v.method, steps=len(batches))
-                    rows.append(row | dict(gflops=flops / 1e9, steps_timed=timed, epoch_seconds=seconds))
-                sizes = ", ".join(map(str, batch_sizes(params, kind)))
-                log(f"{MODEL_NAMES[kind]} {v.method}: {len(data.timed(kind)[0])} users timed at batch {sizes}")
+                    rows.append(row | dict(gflops=flops / 1e9, steps_timed=n, epoch_seconds=seconds))
+            sizes = ", ".join(map(str, batch_sizes(params, kind)))
+            methods = ", ".join(v.method for v in compressed)
+            log(f"{MODEL_NAMES[kind]} ({methods}): {len(data.timed(kind)[0])} users timed at batch {sizes}")
     return pd.DataFrame(rows)
 
 
 def compiler(params, data, variants: dict, log=print) -> pd.DataFrame:
     """Per model, batch size and timed user: the uncompressed model's epoch on each of
-    `compiler_paths`, from the same weights, always measured (compilers change time, not FLOPs)."""
+    `compiler_paths`, each path's step made from the same weights, their passes interleaved on each
+    user's batches; always measured (compilers change time, not FLOPs)."""
     rows = []
     with quiet_tracing():
         for kind, (base, *_) in variants.items():
-            start = base.model.get_weights()
+            start, steps = base.model.get_weights(), {}
             for path in params.compiler_paths:
                 base.model.set_weights(start)
-                step = step_timing.step_function(params, kind, path, base.model, base.head)
-                for batch, user, batches in epochs(params, data, kind):
-                    per_step, timed = _time(params, step, batches)
+                steps[path] = step_timing.step_function(params, kind, path, base.model, base.head)
+            for batch, user, batches in epochs(params, data, kind):
+                for path, (per_step, timed) in _time(params, steps, batches).items():
                     row = dict(model=MODEL_NAMES[kind], batch=batch, user=user, path=path, steps=len(batches))
                     rows.append(row | dict(epoch_time_seconds=per_step * len(batches), steps_timed_time=timed))
-                log(f"{MODEL_NAMES[kind]} on {path}: timed")
+            log(f"{MODEL_NAMES[kind]} on {', '.join(params.compiler_paths)}: timed")
             base.model.set_weights(start)
     return pd.DataFrame(rows)
 

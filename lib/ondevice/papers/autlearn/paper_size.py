@@ -59,7 +59,7 @@ def like(variant, base: keras.Model, wide: keras.Model) -> keras.Model:
 
 def measure(params, data, variants: dict, log=print) -> pd.DataFrame:
     """Per model, batch size, timed user and method (uncompressed and each of the paper's compressions):
-    the step's steady seconds (`step_timing.time_steps`, as `costs.time_epochs` times the default's)
+    the step's steady seconds (`step_timing.time_interleaved`, as `costs.time_epochs` times the default's)
     and counted GFLOPs of the epoch, at the paper scale's sizes; the time and work ratios to the
     uncompressed model's (their change: uncompressed / method - 1)."""
     rows = []
@@ -75,8 +75,9 @@ def measure(params, data, variants: dict, log=print) -> pd.DataFrame:
         }
         for batch, user, batches in costs.epochs(params, data, kind):
             timing = params.timing_steps, params.warmup_steps, params.timing_repeats
+            timed = step_timing.time_interleaved(steps, batches, *timing)
             for method, model in models.items():
-                seconds = step_timing.time_steps(steps[method], batches, *timing)[0]
+                seconds = timed[method][0]
                 flops = costs.epoch_flops(model, LAST_LAYER[kind], batches)
                 row = dict(model=MODEL_NAMES[kind], sizes=SIZES[kind], batch=batch, user=user, method=method)
                 rows.append(row | dict(steps=len(batches), gflops=flops / 1e9, step_seconds=seconds))

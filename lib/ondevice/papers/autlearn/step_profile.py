@@ -158,12 +158,12 @@ def measure(params, models: list, batches: list, kind: str = "text") -> pd.DataF
     the ops' busy milliseconds per step on `batches` (`op_milliseconds`; the models profiled in turn,
     one pass each, `timing_repeats` times, the median pass counting, so that load from other
     processes hits them alike), their share and rate, and the step's wall time
-    (`step_timing.time_steps`). The models' weights are left as they were."""
+    (`step_timing.time_interleaved`). The models' weights are left as they were."""
     samples = float(np.mean([np.size(x) if kind == "text" else len(x) for x, _ in batches]))
     starts = {method: model.get_weights() for method, model, _ in models}
     steps = {method: step_timing.step_function(params, kind, "tensorflow", m, h) for method, m, h in models}
     timing = len(batches), params.warmup_steps, params.timing_repeats
-    wall = {method: step_timing.time_steps(step, batches, *timing)[0] * 1e3 for method, step in steps.items()}
+    wall = {method: t[0] * 1e3 for method, t in step_timing.time_interleaved(steps, batches, *timing).items()}
     passes = {method: [] for method in steps}
     for _ in range(params.timing_repeats):
         for method, step in steps.items():

@@ -20,21 +20,33 @@ def time_steps(step, batches: list, timing_steps: int, warmup_steps: int, repeat
     batches, in order, after every distinct batch shape among them ran `warmup_steps` times untimed
     (tracing; XLA compiles once per shape), timed in `repeats` passes: the median of the passes'
     mean step times, so that one disturbed pass on a shared machine does not move the result."""
+    return time_interleaved({"": step}, batches, timing_steps, warmup_steps, repeats)[""]
+
+
+def time_interleaved(
+    steps: dict, batches: list, timing_steps: int, warmup_steps: int, repeats: int = 1
+) -> dict[str, tuple[float, int]]:
+    """`time_steps` of several steps on the same batches (name -> step), their passes interleaved:
+    each repeat times one pass of every step in turn (the order reversed every other repeat), so a
+    machine that slows down for a while slows them all alike and their ratios hold."""
+    timed = batches[:timing_steps]
     seen = {}
-    for x, y in batches[:timing_steps]:
+    for x, y in timed:
         seen.setdefault(np.shape(x), (x, y))
-    for x, y in seen.values():
-        for _ in range(warmup_steps):
-            step(x, y)
-    means = []
-    for _ in range(repeats):
-        times = []
-        for x, y in batches[:timing_steps]:
-            t0 = time.perf_counter()
-            step(x, y)
-            times.append(time.perf_counter() - t0)
-        means.append(np.mean(times))
-    return float(np.median(means)), len(times)
+    for step in steps.values():
+        for x, y in seen.values():
+            for _ in range(warmup_steps):
+                step(x, y)
+    means = {name: [] for name in steps}
+    for repeat in range(repeats):
+        for name in list(steps)[:: 1 if repeat % 2 == 0 else -1]:
+            times = []
+            for x, y in timed:
+                t0 = time.perf_counter()
+                steps[name](x, y)
+                times.append(time.perf_counter() - t0)
+            means[name].append(np.mean(times))
+    return {name: (float(np.median(m)), len(timed)) for name, m in means.items()}
 
 
 def step_function(params, kind: str, path: str, model: keras.Model, head: str):
