@@ -551,18 +551,49 @@ def test_every_compression_row_and_the_energy_row_get_the_profiles_diagnosis():
         dict(model="LSTM", batch=16, user="u", method=m, step_seconds=s, gflops=g)
         for m, s, g in (("uncompressed", 5.0, 4.0), ("SVD", 1.0, 1.0), ("structured pruning", 4.0, 1.0))
     ]
-    profile = step_profile.Profile(ops, paper_size.with_changes(pd.DataFrame(rows)))
+    cache = pd.DataFrame(
+        [
+            dict(model="MobileNet", user=u, forward_share_of_time=f, cache_time_change_full_backward=1 / (1 - f) - 1)
+            for u, f in (("a", 0.3), ("b", 0.35), ("c", 0.99))
+        ]
+    )
+    profile = step_profile.Profile(ops, paper_size.with_changes(pd.DataFrame(rows)), cache)
     claims = ["SVD shortens the LSTM's epoch", "structured pruning shortens the LSTM's epoch"]
     claims += [f"structured pruning shortens MobileNet's epoch (batch {b})" for b in (1, 16)]
-    flops = pd.DataFrame({"effect": [*claims, step_profile.ENERGY], "paper change": [4.0, 4.0, 0.333, 0.333, 4.0]})
+    cached = "the inference cache shortens online updates (MobileNet)"
+    effects = [*claims, step_profile.ENERGY, cached]
+    flops = pd.DataFrame({"effect": effects, "paper change": [4.0, 4.0, 0.333, 0.333, 4.0, 0.538]})
     why = profile.diagnoses(flops)
-    assert set(why) == {*claims, step_profile.ENERGY}
+    assert set(why) == set(effects)  # no LSTM rows in the cache table: no diagnosis for its row
+    # the median user: the forward pass 35% of the full-backward step, so the cache saves 35% (+54%)
+    assert why[cached].kind == Kind.READ_TWO_WAYS and "forward pass is 35% of the step" in why[cached].text
+    assert "changes its time +54%" in why[cached].text and why[cached].section == step_profile.CACHE_SECTION
     assert why[claims[0]].kind == Kind.SCALE and "changes +400%" in why[claims[0]].text  # 5.0 / 1.0 - 1
     assert why[claims[1]].kind == Kind.OPEN and "changes +25%" in why[claims[1]].text  # 25% is below 400% / 3
     assert why[step_profile.ENERGY].text.endswith(why[claims[1]].text)
     # MobileNet has no paper-size rows here: its convolutions lose 40% of their work and none of their time
     assert why[claims[2]].kind == Kind.HARDWARE and "paper scale" not in why[claims[2]].text
-    assert set(profile.tables()) == {"step_profile", "paper_size_time", "paper_size_changes"}
+    assert set(profile.tables()) == {"step_profile", "paper_size_time", "paper_size_changes", "cache_readings"}
+    # a 99% forward share (ours) is far from the paper's saving: open
+    assert step_profile.cache_diagnosis(98.0, 0.99, 0.538).kind == Kind.OPEN
+
+
+def test_the_full_backward_step_computes_every_gradient_and_updates_the_last_layer_alone():
+    from ondevice.papers.autlearn import cache_reading
+    from ondevice.papers.autlearn.experiments import autlearn_cost as exp
+
+    params = exp.Params.for_scale("smoke", 0)
+    model = small_lstm()
+    before = {w.name: w.numpy().copy() for w in model.weights}
+    x = tokens(4, 6, 40)
+    y = np.random.default_rng(5).integers(1, 30, x.shape).astype(np.int32)
+    step = cache_reading.full_backward_step(params, "text", model, "softmax")
+    assert np.isfinite(step(x, y))
+    changed = {w.name for w in model.weights if not np.array_equal(w.numpy(), before[w.name])}
+    assert changed == {w.name for w in model.get_layer("softmax").weights}
+    forward = cache_reading.forward(model)
+    forward(x, y)  # runs, copies nothing out, changes nothing
+    assert all(np.array_equal(w.numpy(), before[w.name]) or w.name in changed for w in model.weights)
 
 
 def test_profiled_ops_are_read_into_the_parts_of_the_step():
