@@ -68,7 +68,7 @@ def measure(params, data, variants: dict, log=print) -> pd.DataFrame:
         steps["head-only step"] = step_timing.step_function(params, kind, "tensorflow", base.model, base.head)
         steps["full backward step"] = full_backward_step(params, kind, base.model, LAST_LAYER[kind])
         for user in users:
-            batches = costs._stream(params, kind, train[user])
+            batches = costs.online_batches(params, kind, train[user])
             timing = params.timing_steps, params.warmup_steps, params.timing_repeats
             ms = {name: t[0] * 1e3 for name, t in step_timing.time_interleaved(steps, batches, *timing).items()}
             full, fwd = ms["full backward step"], ms["forward"]

@@ -153,7 +153,7 @@ def online(params, data, variants: dict, log=print) -> pd.DataFrame:
             start, (users, train) = base.model.get_weights(), data.timed(kind)
             trainer = online_learning.online_trainer(params, kind, base.model) if measured else None
             for user in users:
-                batches = _stream(params, kind, train[user])
+                batches = online_batches(params, kind, train[user])
                 flops = {c: epoch_flops(base.model, base.head, batches, c == "with cache") for c in CACHE}
                 if measured:
                     timing = params.timing_steps, params.warmup_steps, params.timing_repeats
@@ -168,7 +168,7 @@ def online(params, data, variants: dict, log=print) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _stream(params, kind: str, part) -> list:
+def online_batches(params, kind: str, part) -> list:
     """The user's first `online_samples` samples in order, in batches of `online_batch_size`."""
     n = min(params.online_samples, len(part) if kind == "text" else len(part[1]))
     b = params.online_batch_size
