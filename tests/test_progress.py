@@ -219,3 +219,27 @@ def test_a_cell_that_read_its_results_back_from_a_stage_file_sets_no_pace(tmp_pa
     assert finished[("choose_rates", 0)] != finished[("choose_rates", 0)]  # NaN: read back
     assert finished[("text_methods", 0)] == 1.5
     assert pace(recorded(tmp_path), {"autlearn_accuracy": finished}) == (1.5 / 1475.652345, 1)
+
+
+def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_path):
+    """REAL was recorded before autlearn_accuracy gained its FedAvg choice and its IID control's
+    figure: the plan says it does not count those two cells, and nothing for a notebook whose
+    cells all have a record."""
+    from pathlib import Path
+
+    (tmp_path / "timings.csv").write_text(REAL)
+    notebook = Path(__file__).parents[1] / "notebooks" / "autlearn" / "autlearn_accuracy.ipynb"
+    progress = Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={"autlearn_accuracy": notebook})
+    new = progress.new["autlearn_accuracy"]
+    assert [n for _, n in new] == [0, 0] and "fedavg_baseline.choose_all(" in new[0][0]
+    assert "plot_fedavg_control(" in new[1][0]
+    assert "; not counting 2 cell(s) added since the record (fedavg, fedavg_rates = " in progress.plan()[0]
+    copy = tmp_path / "copy.ipynb"
+    nb = json.loads(notebook.read_text())
+    nb["cells"] = [c for c in nb["cells"] if "choose_all" not in "".join(c["source"])]
+    nb["cells"] = [c for c in nb["cells"] if "plot_fedavg_control" not in "".join(c["source"])]
+    copy.write_text(json.dumps(nb))
+    assert Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={"autlearn_accuracy": copy}).new == {
+        "autlearn_accuracy": []
+    }
+    assert "not counting" not in Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={}).plan()[0]

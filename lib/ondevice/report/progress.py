@@ -8,7 +8,8 @@ known by its stage and how many cells of that stage come before it (`timings.sta
 its position, so a cell added to a notebook since the recorded run shifts no other cell's time. Overall, the
 notebooks that run together share `at_once` lanes (their time left is divided by the lanes) and
 those that measure time run afterwards, alone. A notebook with no recorded time has no estimate,
-and the line says so rather than guessing.
+and the line says so rather than guessing; nor does a cell that the notebook has now and the
+record lacks (a stage added since the recorded run), and the plan names such cells.
 
 A run with global models to train takes longer than one that finds them in the model cache. The
 record says which cells trained or reused which cache entries and how long each took to train
@@ -82,6 +83,17 @@ def _keys(stages: list[str]) -> list[Cell]:
         keys.append((stage, seen.get(stage, 0)))
         seen[stage] = seen.get(stage, 0) + 1
     return keys
+
+
+def unrecorded(notebook: Path, cells: dict[Cell, float]) -> list[Cell]:
+    """The code cells of the `notebook` source that `cells` (its record) has no time for: added
+    since the recorded run, so the estimate leaves them out. [] when the notebook cannot be read."""
+    try:
+        code = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in code]
+    return [key for key in _keys([stage_of(src) for src in sources]) if key not in cells]
 
 
 def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, float], float] | None:
@@ -167,10 +179,20 @@ def _minutes(seconds: float) -> str:
 class Progress:
     """The run's state for progress lines: which notebooks are done, which run, what is left."""
 
-    def __init__(self, scale_dir: Path, together: list[str], alone: list[str], at_once: int, clock=time.monotonic):
+    def __init__(
+        self,
+        scale_dir: Path,
+        together: list[str],
+        alone: list[str],
+        at_once: int,
+        clock=time.monotonic,
+        sources: dict[str, Path] | None = None,
+    ):
+        """`sources`: notebook -> its source .ipynb, to find cells the record lacks (`unrecorded`)."""
         self.scale_dir, self.at_once, self.clock = scale_dir, max(1, at_once), clock
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
+        self.new = {n: unrecorded(p, self.cells[n]) for n, p in (sources or {}).items() if self.cells.get(n)}
         self.models = recorded_models(scale_dir)
         self.cached = in_cache
         self.done: set[str] = set()
@@ -187,6 +209,9 @@ class Progress:
                 cells, train = self.cells.get(name), sum(cold.get(name, {}).values())
                 recorded_s = f"{_minutes(sum(cells.values()))} recorded" if cells else "no record"
                 recorded_s += f" + {_minutes(train)} training global models not in the cache" if train else ""
+                if new := self.new.get(name):
+                    stages = ", ".join(stage for stage, _ in new)
+                    recorded_s += f"; not counting {len(new)} cell(s) added since the record ({stages})"
                 lines.append(f"[progress] plan: {name:<28} {recorded_s} ({how})")
         names = self.together + self.alone
         total, unknown = self._total({n: seconds_left(self.cells.get(n), None, cold=cold.get(n)) for n in names})

@@ -442,7 +442,13 @@ def main(argv=None) -> int:
         if args.at_once > 1 and len(notebooks) > 1:
             together = [nb for nb in notebooks if not at_once.measures_time(nb)]
             alone = [nb for nb in notebooks if at_once.measures_time(nb)]
-        progress = Progress(RESULTS / args.scale, [n.stem for n in together], [n.stem for n in alone], args.at_once)
+        progress = Progress(
+            RESULTS / args.scale,
+            [n.stem for n in together],
+            [n.stem for n in alone],
+            args.at_once,
+            sources={n.stem: n for n in notebooks},
+        )
         print("\n".join(progress.plan()), flush=True)
         with Ticker(progress, float(os.environ.get("ONDEVICE_PROGRESS_EVERY") or 60)):
             if together:
