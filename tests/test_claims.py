@@ -330,3 +330,16 @@ def test_a_diagnosis_carries_its_kind_and_the_count_of_rows_ours_to_fix_reads_it
     assert claims.kind_counts(stored)["ours to fix"] == 3
     with pytest.raises(ValueError, match="not a valid Kind"):
         claims.Diagnosis("x", "", "mine")
+
+
+def test_the_size_rule_is_the_audits_own():
+    """`agrees_in_size` is what `audit` calls agreement outside the interval: same sign, within 3x,
+    never for a paper change near zero."""
+    from ondevice.report.claims import NEAR_ZERO, agrees_in_size
+
+    assert agrees_in_size(0.33, 0.2) and agrees_in_size(0.33, 0.99) and agrees_in_size(-0.5, -1.5)
+    assert not agrees_in_size(0.33, 0.1) and not agrees_in_size(0.33, 1.0) and not agrees_in_size(0.33, -0.2)
+    assert not agrees_in_size(NEAR_ZERO / 2, NEAR_ZERO / 2)
+    for paper, ours in ((0.33, 0.2), (0.33, 0.1), (-0.5, -1.5), (0.33, -0.2)):
+        verdict = claims.audit(paper, ours, ours - 0.01, ours + 0.01, "why")
+        assert verdict.startswith("agrees within") == agrees_in_size(paper, ours)

@@ -83,6 +83,12 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def agrees_in_size(paper: float, ours: float) -> bool:
+    """The audit's size rule: ours of the paper's sign and within FACTOR of it (never for a paper
+    change within NEAR_ZERO of zero, where a ratio means nothing)."""
+    return abs(paper) >= NEAR_ZERO and ours * paper > 0 and 1 / FACTOR <= ours / paper <= FACTOR
+
+
 def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str:
     """The audit rule, applied to every effect row: does our change tell the paper's story?
 
@@ -102,8 +108,7 @@ def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str
         return "no interval"
     if low <= paper <= high:
         return "agrees: the interval contains the paper's change"
-    differs = abs(paper) < NEAR_ZERO or ours * paper <= 0 or not 1 / FACTOR <= ours / paper <= FACTOR
-    if not differs:
+    if agrees_in_size(paper, ours):
         return f"agrees within {FACTOR:g}x"
     explained = " ".join(str(diagnosis or "").split())
     return f"differs, explained by {explained}" if explained else "unexplained"

@@ -232,15 +232,8 @@ def cache_diagnosis(change: float, forward_share: float, paper: float) -> claims
         f"that way, the forward pass is {forward_share:.0%} of the step and the cache changes its time {change:+.0%} "
         "(ours computes the last layer's gradient alone, so the forward pass is nearly all of it)"
     )
-    kind = claims.Kind.READ_TWO_WAYS if agrees_in_size(paper, change) else claims.Kind.OPEN
+    kind = claims.Kind.READ_TWO_WAYS if claims.agrees_in_size(paper, change) else claims.Kind.OPEN
     return claims.Diagnosis(text, CACHE_SECTION, kind)
-
-
-def agrees_in_size(paper: float, ours: float) -> bool:
-    """`claims.audit`'s size rule: the same sign as the paper's change and within FACTOR of it."""
-    if abs(paper) < claims.NEAR_ZERO or ours * paper <= 0:
-        return False
-    return 1 / claims.FACTOR <= ours / paper <= claims.FACTOR
 
 
 def _claim(model: str, batch: int, method: str) -> str:
@@ -300,6 +293,6 @@ def diagnosis(table: pd.DataFrame, method: str = "SVD", wide=None, paper=None, m
         text += (
             f"; at the paper scale's sizes ({sizes}) the step's time changes {wide[0]:+.0%} ({wide[1]:+.0%} by FLOPs)"
         )
-        if paper is not None and agrees_in_size(paper, wide[0]):
+        if paper is not None and claims.agrees_in_size(paper, wide[0]):
             kind = claims.Kind.SCALE
     return claims.Diagnosis(text, SECTION, kind)
