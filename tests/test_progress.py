@@ -224,8 +224,11 @@ def test_a_cell_that_read_its_results_back_from_a_stage_file_sets_no_pace(tmp_pa
 def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_path):
     """REAL was recorded before autlearn_accuracy gained its FedAvg choice and its IID control's
     figure: the plan says it does not count those two cells, and nothing for a notebook whose
-    cells all have a record."""
+    cells all have a record; and that the record is of other code when the stored result's
+    fingerprint is not the notebook's now."""
     from pathlib import Path
+
+    from ondevice.report.provenance import fingerprint
 
     (tmp_path / "timings.csv").write_text(REAL)
     notebook = Path(__file__).parents[1] / "notebooks" / "autlearn" / "autlearn_accuracy.ipynb"
@@ -234,6 +237,13 @@ def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_p
     assert [n for _, n in new] == [0, 0] and "fedavg_baseline.choose_all(" in new[0][0]
     assert "plot_fedavg_control(" in new[1][0]
     assert "; not counting 2 cell(s) added since the record (fedavg, fedavg_rates = " in progress.plan()[0]
+    assert "(on code changed since)" not in progress.plan()[0]  # no stored result to compare with
+    stored = tmp_path / "autlearn_accuracy" / "run.json"
+    stored.parent.mkdir()
+    for code, changed in ((fingerprint(notebook), False), ("0" * 64, True)):
+        stored.write_text(json.dumps({"notebook": {"key": {"fingerprint": code}}}))
+        again = Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={"autlearn_accuracy": notebook})
+        assert ("79.8 min recorded (on code changed since)" in again.plan()[0]) == changed
     copy = tmp_path / "copy.ipynb"
     nb = json.loads(notebook.read_text())
     nb["cells"] = [c for c in nb["cells"] if "choose_all" not in "".join(c["source"])]

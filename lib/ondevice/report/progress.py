@@ -9,7 +9,9 @@ its position, so a cell added to a notebook since the recorded run shifts no oth
 notebooks that run together share `at_once` lanes (their time left is divided by the lanes) and
 those that measure time run afterwards, alone. A notebook with no recorded time has no estimate,
 and the line says so rather than guessing; nor does a cell that the notebook has now and the
-record lacks (a stage added since the recorded run), and the plan names such cells.
+record lacks (a stage added since the recorded run), and the plan names such cells. A notebook
+whose code (the notebook and its code files, `provenance.fingerprint`) differs from what made its
+stored result is estimated all the same, and the plan says its record is of other code.
 
 A run with global models to train takes longer than one that finds them in the model cache. The
 record says which cells trained or reused which cache entries and how long each took to train
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .provenance import fingerprint
 from .timings import cell_models, resumed, stage_of
 
 Cell = tuple[str, int]  # (stage, how many earlier code cells of the notebook have that stage)
@@ -94,6 +97,16 @@ def unrecorded(notebook: Path, cells: dict[Cell, float]) -> list[Cell]:
         return []
     sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in code]
     return [key for key in _keys([stage_of(src) for src in sources]) if key not in cells]
+
+
+def other_code(scale_dir: Path, name: str, notebook: Path) -> bool:
+    """Whether `name`'s stored result (scale_dir/name/run.json) was made by other code than the
+    `notebook` source and its code files have now; False when either cannot be read."""
+    try:
+        stored = json.loads((scale_dir / name / "run.json").read_text())["notebook"]["key"]["fingerprint"]
+        return stored != fingerprint(notebook)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, float], float] | None:
@@ -192,7 +205,9 @@ class Progress:
         self.scale_dir, self.at_once, self.clock = scale_dir, max(1, at_once), clock
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
-        self.new = {n: unrecorded(p, self.cells[n]) for n, p in (sources or {}).items() if self.cells.get(n)}
+        recorded_sources = {n: p for n, p in (sources or {}).items() if self.cells.get(n)}
+        self.new = {n: unrecorded(p, self.cells[n]) for n, p in recorded_sources.items()}
+        self.other_code = {n for n, p in recorded_sources.items() if other_code(scale_dir, n, p)}
         self.models = recorded_models(scale_dir)
         self.cached = in_cache
         self.done: set[str] = set()
@@ -208,9 +223,10 @@ class Progress:
             for name in group:
                 cells, train = self.cells.get(name), sum(cold.get(name, {}).values())
                 recorded_s = f"{_minutes(sum(cells.values()))} recorded" if cells else "no record"
+                recorded_s += " (on code changed since)" if name in self.other_code else ""
                 recorded_s += f" + {_minutes(train)} training global models not in the cache" if train else ""
                 if new := self.new.get(name):
-                    stages = ", ".join(stage for stage, _ in new)
+                    stages = ", ".join(stage if len(stage) <= 40 else stage[:39] + "…" for stage, _ in new)
                     recorded_s += f"; not counting {len(new)} cell(s) added since the record ({stages})"
                 lines.append(f"[progress] plan: {name:<28} {recorded_s} ({how})")
         names = self.together + self.alone
