@@ -92,11 +92,19 @@ def unrecorded(notebook: Path, cells: dict[Cell, float]) -> list[Cell]:
     """The code cells of the `notebook` source that `cells` (its record) has no time for: added
     since the recorded run, so the estimate leaves them out. [] when the notebook cannot be read."""
     try:
-        code = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+        code = _code_cells(json.loads(notebook.read_text(encoding="utf-8"))["cells"])
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in code]
-    return [key for key in _keys([stage_of(src) for src in sources]) if key not in cells]
+    return [key for key in _keys([stage_of(_source(c)) for c in code]) if key not in cells]
+
+
+def _code_cells(cells: list[dict]) -> list[dict]:
+    return [c for c in cells if c.get("cell_type", "code") == "code"]
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
 
 
 def other_code(scale_dir: Path, name: str, notebook: Path) -> bool:
@@ -119,10 +127,9 @@ def cells_done(executed: Path, now: datetime | None = None) -> tuple[dict[Cell, 
     except (OSError, ValueError):
         return None
     now = now or datetime.now(timezone.utc)
-    code = [c for c in cells if c.get("cell_type", "code") == "code"]
-    sources = ["".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "") for c in code]
+    code = _code_cells(cells)
     finished, running_for = {}, 0.0
-    for key, cell in zip(_keys([stage_of(src) for src in sources]), code):
+    for key, cell in zip(_keys([stage_of(_source(c)) for c in code]), code):
         meta = cell.get("metadata", {}).get("papermill", {})
         if meta.get("status") == "completed":  # seconds without the global-model training it did
             given = meta.get("duration") is not None and not resumed(cell)
@@ -201,7 +208,8 @@ class Progress:
         clock=time.monotonic,
         sources: dict[str, Path] | None = None,
     ):
-        """`sources`: notebook -> its source .ipynb, to find cells the record lacks (`unrecorded`)."""
+        """`sources`: notebook -> its source .ipynb, to find cells the record lacks (`unrecorded`)
+        and records of other code (`other_code`)."""
         self.scale_dir, self.at_once, self.clock = scale_dir, max(1, at_once), clock
         self.together, self.alone = list(together), list(alone)
         self.cells = recorded(scale_dir)  # read before this run rewrites timings.csv
