@@ -192,7 +192,8 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
     )
     out = sensitivity.diagnose(effects, users, {"sensitivity": switched})
     assert out.diagnosis[0] == (
-        "2 of 3 user runs kept the global model (epoch 0); the 1 that trained changed top-k-eff by -10.0% (median); "
+        "in 2 of 3 user runs no personal epoch lowered the held-out loss; "
+        "the 1 that trained changed top-k-eff by -10.0% (median); "
         "other protocols: fixed personal epochs, no per-user hold-out -10.0% [-12.0%, -8.0%]"
     )
     assert out.section[0] == sensitivity.SECTION and out.diagnosis[1] == "" and effects.diagnosis[0] == ""
@@ -228,15 +229,18 @@ def test_a_passing_planted_control_names_the_data_and_a_failing_one_leaves_the_r
     out = sensitivity.diagnose(effects, users, passing, 0.5)
     assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "data"
     assert out.diagnosis[0].startswith("the planted-signal control passes: personalization gains +0.080 [+0.070")
-    assert "median 4,000 personal training words" in out.diagnosis[0] and "1 of 2 user runs kept" in out.diagnosis[0]
+    assert (
+        "median 4,000 personal training words" in out.diagnosis[0]
+        and "in 1 of 2 user runs no personal epoch lowered" in out.diagnosis[0]
+    )
     assert out.diagnosis[1].startswith("the far-corpus model adapts to a user's language from a median 4,000")
     assert out.section[0] == out.section[1] == planted.SECTION
     failing = passing | {"planted_verdict": pd.DataFrame([{"passes": False, "text": "x"}])}
     out = sensitivity.diagnose(effects, users, failing, 0.5)
     assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "open"
     assert (
-        out.diagnosis[0]
-        == "1 of 2 user runs kept the global model (epoch 0); the 1 that trained changed top-k-eff by +0.0% (median)"
+        out.diagnosis[0] == "in 1 of 2 user runs no personal epoch lowered the held-out loss; "
+        "the 1 that trained changed top-k-eff by +0.0% (median)"
     )
 
 
@@ -255,7 +259,7 @@ def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
     )
     text = sensitivity.conclusion(table)
     assert text.startswith("**Under this protocol personalization is within noise** (+0.0% [+0.0%, +0.0%]);")
-    assert "keeps epoch 0" in text
+    assert "for the median user no personal epoch lowers the held-out loss" in text
     assert "**Changes the verdict:** fixed personal epochs, no per-user hold-out: -32.4% [-35.8%, -30.3%]" in text
     assert "Leave the verdict as it is: leaky crowd: +0.1% [-0.2%, +0.4%], within noise." in text
 

@@ -134,7 +134,7 @@ def conclusion(effects: pd.DataFrame) -> str:
     line = lambda r: f"{r.protocol}: {change(r)}, {r.verdict}"
     text = f"**Under this protocol personalization {says[here.verdict]}** ({change(here)})"
     if here.median_kept_epoch == 0:
-        text += "; the median user keeps epoch 0, the global model: no personal epoch lowers their held-out loss"
+        text += "; for the median user no personal epoch lowers the held-out loss, so the global model is scored"
     moved, same = others[others.verdict != here.verdict], others[others.verdict == here.verdict]
     if len(moved):
         text += ". **Changes the verdict:** " + "; ".join(map(line, (r for _, r in moved.iterrows())))
@@ -157,8 +157,8 @@ PERSONALIZED = {
 
 def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None, dose_star: float = 0.5) -> pd.DataFrame:
     """Fill the diagnosis of each personalization effect the audit rule flags (interval excludes the
-    paper's change, >3x off or of the other sign) with this run's measurements: how many user runs
-    kept the global model (epoch 0: no personal epoch lowered the loss on their own held-out lines),
+    paper's change, >3x off or of the other sign) with this run's measurements: in how many user runs
+    no personal epoch lowered the loss on the user's own held-out lines (the global model scored),
     the median change of those that trained against their global model, and, for the crowd, the
     effect with each choice switched back (`table`). When the planted-signal control in `more`
     passed (`planted.passed`, judged at `dose_star`), the protocol is shown to learn a personal
@@ -174,7 +174,7 @@ def diagnose(effects: pd.DataFrame, users: pd.DataFrame, more: dict | None, dose
         if group and "group" in personal:  # D5's rows: that group's users (`group` set by the experiment)
             personal = personal[personal.group == group]
         kept, trained = personal.kept_epoch, personal[personal.kept_epoch > 0]
-        line = f"{int((kept == 0).sum())} of {len(kept)} user runs kept the global model (epoch 0)"
+        line = f"in {int((kept == 0).sum())} of {len(kept)} user runs no personal epoch lowered the held-out loss"
         if len(trained):
             start = users[users.condition == condition.split(" + personal")[0]].set_index(["seed", "user"])
             change = trained.top_k_eff.to_numpy() / start.top_k_eff[list(zip(trained.seed, trained.user))].to_numpy()
