@@ -208,6 +208,10 @@ def autlearn_accuracy_sanity(out: Path) -> None:
     users = users[users.method != "FedAvg, shuffled clients (ablation)"]
     ablation = pd.read_csv(out / "tables" / "fedavg_ablation.csv")
     assert len(ablation) == 4 and (ablation["ci low"] <= ablation["CloudTrain's advantage"]).all()
+    # the known answer: IID FedAvg reaches CloudTrain's held-out loss (smoke, 2026-12-02: +0.3% LSTM,
+    # +0.5% MobileNet against 2%); a failing control means FedAvg's code is wrong
+    control = pd.read_csv(out / "tables" / "fedavg_control.csv")
+    assert set(control.model) == {"LSTM", "MobileNet"} and control.verdict.str.startswith("passes").all(), control
     for _, rows in users.groupby("kind"):
         assert set(rows.method) == methods
         assert rows.groupby("method").user.nunique().nunique() == 1  # every method on the same users
