@@ -111,7 +111,7 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
     rounds = min(rounds, cap) if cap else rounds
     trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
     fed = (rounds, per_round, local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
-    stop, every = params.plateau("FedAvg"), params.fedavg_evaluate_every
+    stop, every = params.plateau("FedAvg", kind), params.fedavg_evaluate_every
     rule = dict(evaluate=holdout, stop=stop, evaluate_every=every, log=log)
     rule["together"] = clients_together(params, kind, model, rate, per_round)
     setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
