@@ -86,7 +86,7 @@ def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng
 def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed: int, log) -> list[dict]:
     """CloudTrain: every layer by Adam on the pooled training data from `start` to its plateau
     (`converge_cloud`), the kept weights left in `model`; stored in the model cache (`cached_runs`)."""
-    (rate, epochs, batch), stop = params.cloud(kind), params.plateau("CloudTrain")
+    (rate, epochs, batch), stop = params.cloud(kind), params.plateau("CloudTrain", kind)
     trainer = Trainer(model, task(params, kind), rate, "adam", hooks=[EqualLength()] if kind == "text" else [])
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODEL_NAMES[kind]}"
 
