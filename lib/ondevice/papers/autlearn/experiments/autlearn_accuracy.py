@@ -2,24 +2,23 @@
 for the next-word LSTM (public Sent140 -> Shakespeare users) and MobileNet v1 (ImageNet -> FEMNIST
 writers), every method on the same per-user splits.
 
-- AutLearn: the public pre-trained model; on each device the last layer only trains on that
-  user's data (`protocol.PersonalTrainer`).
+- AutLearn: the public pre-trained model; on each device the last layer only trains on that user's
+  data (`protocol.PersonalTrainer`), its rate and epochs chosen on the validation users.
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
 - CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (rate, epochs chosen again).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
   validation users, and its known-answer control on IID clients); and the public model itself.
-The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the loss on
-the validation users (`cloud_baselines.holdout_loss`); the presets' epochs and rounds are caps only.
+The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the validation
+users' loss (`cloud_baselines.holdout_loss`); the presets' epochs and rounds are caps only.
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
-top-k-eff beside it), means over users with bootstrap intervals and paired comparisons. The paper's
-relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model. On-device rates and epochs
-are chosen on validation users, from the public model (AutLearn) and from CloudTrain's (CloudCustomize).
+top-k-eff beside it), means over users with bootstrap intervals and paired comparisons; the paper's
+relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model.
 
-Stages, one per notebook section: `load`, `pretrain`, `choose_rates`, `fedavg_baseline.choose_all`,
-`text_methods`, `image_methods`, `on_device`, `conclude`; `run` calls them all; long ones resume (`engine.stage`).
+Stages (one per notebook section; `run` calls them all, long ones resume): `load`, `pretrain`,
+`choose_rates`, `fedavg_baseline.choose_all`, `text_methods`, `image_methods`, `on_device`, `conclude`.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ class Params(common.AutLearnParams):
     image_cloud_epochs: int = 15  # at most
     image_cloud_batch_size: int = 32
     image_cloud_learning_rate: float = 0.0005  # Adam
-    # FedAvg (`fedavg_baseline`): clients by SGD at CloudTrain's batch; local epochs and client rate chosen
-    # on the validation users among these grids (its rule); IID control within `fedavg_control_tolerance`
+    # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch, local epochs and rate chosen on validation users
     fedavg_rounds: int = 45  # at most
     fedavg_clients: int = 5  # clients per round
     image_fedavg_rounds: int = 0  # 0 = fedavg_rounds
@@ -92,22 +90,15 @@ class Params(common.AutLearnParams):
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
-    # default: 12 of the 137 top-10% Shakespeare roles and 99 of the mirror's 105 FEMNIST writers (6 of each
-    # validate). Caps in epochs (FedAvg: rounds x clients x local epochs / users): LSTM CloudTrain 10, FedAvg
-    # 45 x 4 / 12 = 15 per local epoch; MobileNet 30 and 600 x 10 / 99 = 61. Measured at default with Adam clients
-    # (e1cb90f): CloudTrain plateaued at epoch 4 (LSTM) and 9 (MobileNet), FedAvg at 2.8 (LSTM) and 24-41 (MobileNet)
-    # epochs of examples; ~1.8 s per MobileNet round. MobileNet's SGD rates: centralized SGD from the public model on
-    # 3,000 of the test users' training images, the validation users' loss after 1/2/3 epochs (2026-11-29): 0.1
-    # diverges (27.9), 0.03 and 0.01 sit at the class prior (3.45-3.50), 0.003 leaves it in epoch 3 (3.24), 0.001
-    # learns (3.49, 3.22, 2.57); so the grid is 0.001-0.01 (0.03-0.1 before: the first default run's FedAvg
-    # stopped at the prior, 3.43). Smoke: caps high enough for the small data to reach the plateau (IID control).
-    # MobileNet's patiences at default, from its IID control (seed 0, 2026-12-02; curves noisy to +-10% between
-    # evaluations): CloudTrain at patience 2 stopped at epoch 8 keeping epoch 6 (held-out 0.826); at patience 6 it kept
-    # epoch 17 (0.664) and stopped at 23, so `image_cloud_patience` 6 and a cap of 30 epochs. IID FedAvg (3 local
-    # epochs, SGD 0.003) at patience 3 stopped at round 136 (1.110) while still falling; continued at patience 15 it
-    # reached 0.816 by round 304 and 0.742 by round 412 (the continuation's cap), new lows 0.5% apart coming up to 6
-    # evaluations apart; so `image_fedavg_patience` 10 (12 epochs of examples). The LSTM's curves are smooth and its
-    # control passed at the shared patiences (IID FedAvg 3.001 at round 10 against CloudTrain's 3.016).
+    # default: 12 of 137 top-10% Shakespeare roles, 99 of 105 FEMNIST writers (6 of each validate). Caps in epochs
+    # (FedAvg: rounds x clients x local epochs / users): LSTM 10, 45 x 4 / 12 = 15 per local epoch; MobileNet 30,
+    # 600 x 10 / 99 = 61. MobileNet's SGD grid, from centralized SGD from the public model on 3,000 training images
+    # (validation loss after epochs 1/2/3, 2026-11-29): 0.1 diverges, 0.03-0.01 sit at the class prior (3.45-3.50),
+    # 0.003 leaves it in epoch 3 (3.24), 0.001 learns (3.49, 3.22, 2.57). MobileNet's patiences, from its IID control
+    # (seed 0, 2026-12-02; held-out curves +-10% between evaluations): CloudTrain at patience 2 kept epoch 6 (0.826),
+    # at 6 epoch 17 (0.664, stopped at 23); IID FedAvg (3 local epochs, SGD 0.003) at patience 3 stopped at round
+    # 136 (1.110) still falling, continued reached 0.742 by round 412, new lows up to 6 evaluations apart. The
+    # LSTM's control passed at the shared patiences (IID FedAvg 3.001 at round 10, CloudTrain 3.016).
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
@@ -127,8 +118,8 @@ class Params(common.AutLearnParams):
         self.at_least(1, "text_cloud_epochs", "image_cloud_epochs", "text_cloud_batch_size", "image_cloud_batch_size")
         self.at_least(1, "fedavg_rounds", "fedavg_clients", "seeds")
         fedavg_baseline.check(self)
-        self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "image_fedavg_patience", "tflite_check_steps")
-        self.at_least(0, "image_cloud_patience", "fedavg_evaluate_every")
+        self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "image_fedavg_patience", "image_cloud_patience")
+        self.at_least(0, "fedavg_evaluate_every", "tflite_check_steps")
         self.at_least(1, "cloud_patience", "fedavg_patience", "validation_users")  # the rule needs held-out users
         self.between("[0, 1)", "stop_min_delta")
         for name in ("text_cloud_learning_rate", "image_cloud_learning_rate"):
@@ -141,10 +132,8 @@ class Params(common.AutLearnParams):
 
     def plateau(self, method: str, kind: str = "text") -> Plateau:
         """CloudTrain's or FedAvg's stopping rule for a model kind (patience in evaluations)."""
-        if method == CLOUD:
-            patience = (kind == "image" and self.image_cloud_patience) or self.cloud_patience
-        else:
-            patience = (kind == "image" and self.image_fedavg_patience) or self.fedavg_patience
+        which = "cloud" if method == CLOUD else "fedavg"
+        patience = (kind == "image" and getattr(self, f"image_{which}_patience")) or getattr(self, f"{which}_patience")
         return Plateau(patience, self.stop_min_delta, keep_lowest=True)
 
 
@@ -239,8 +228,8 @@ def image_methods(params: Params, images: common.ImageData, pre, fedavg, log=pri
 users_table = pd.DataFrame  # one row per (kind, seed, user, method)
 
 
-def _matrix(users: pd.DataFrame, kind: str, method: str, column: str = "top1") -> np.ndarray:  # (seeds, users)
-    return wide(users, column, kind=kind, method=method)
+def _matrix(users: pd.DataFrame, kind: str, method: str) -> np.ndarray:  # top-1, (seeds, users)
+    return wide(users, "top1", kind=kind, method=method)
 
 
 def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
@@ -261,9 +250,8 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     why = fedavg_ablation.diagnoses(ablation) | gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
     effects = c.effects(measured, rng, n_boot=boots, statistic="mean", diagnoses=why)
     first = lambda effect: {"effect": effect, "paper change": np.nan}
-    ordering = [
-        effect_row(first(e), _matrix(users, k, b), _matrix(users, k, w), rng, boots, "mean") for e, k, b, w in ORDERINGS
-    ]
+    pairs = [(e, _matrix(users, k, b), _matrix(users, k, w)) for e, k, b, w in ORDERINGS]
+    ordering = [effect_row(first(e), better, worse, rng, boots, "mean") for e, better, worse in pairs]
     c.effect_rows(pd.concat([effects, pd.DataFrame(ordering)], ignore_index=True))
     c.paper_vs_ours({n.quantity: ratio(*kind_method(n.quantity)) for n in PAPER.numbers})  # every one a ratio
     data = [text.table().drop(columns="public_words"), images.table().drop(columns="writers_read")]
@@ -279,8 +267,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "fedavg_control": fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED),
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
-    # Shakespeare's manifest marks it a stand-in for DeepType's private keyboard logs; for AutLearn
-    # it is the paper's own data set (LEAF Shakespeare), so nothing here is a stand-in.
+    # Shakespeare stands in for DeepType's keyboard logs, but is AutLearn's own data set (LEAF): no stand-in here
     data_summaries = [{**m.summary(), "stand_in_for": None} for m in text.manifests + [images.manifest]]
     data_summaries.append(common.mobilenet_weights(params)[0].summary())
     notes = dict(text_users=list(text.users), text_users_in_data_set=text.all_users, image_users=len(images.users))
