@@ -485,5 +485,30 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
     first = {p["step"]: p["holdout_loss"] for p in screened if p["step"] < 3}
     again = {p["step"]: p["holdout_loss"] for p in choice.curve if p["step"] in first}
     np.testing.assert_allclose(list(again.values()), list(first.values()))  # the same first rounds
+    assert {p["phase"] for p in screened} == {0} and {p["phase"] for p in choice.curve} == {0, 1}  # smoke: one cut
+    cut = [p for p in choice.curve if p["phase"] == 1]
+    assert cut[0]["learning_rate"] == pytest.approx(0.2 * best.learning_rate) and cut[0]["step"] > cut[0]["phase_step"]
     with pytest.raises(ParameterError, match="image_fedavg_screen_rounds"):
         exp.Params.for_scale("smoke", image_fedavg_rounds=12, image_fedavg_screen_rounds=12)
+
+
+def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_the_adapted_statistics():
+    """CloudTrain and FedAvg train MobileNet through `every_layer`: the same variables, batch
+    normalisation in training mode (its moving statistics move), while the model itself stays in
+    inference mode (a call with training=True moves nothing: AutLearn's head step relies on it)."""
+    from ondevice.models import mobilenet_v1
+
+    model = mobilenet_v1.build(None, 0.25, 32, 62, seed=0)
+    whole = cloud_baselines.every_layer(model, "image")
+    assert whole is not model and [id(v) for v in whole.weights] == [id(v) for v in model.weights]
+    bn = next(v for v in model.weights if "moving_mean" in v.name)
+    x = np.random.default_rng(0).random((4, 28, 28, 1)).astype(np.float32)
+    before = bn.numpy().copy()
+    model(x, training=True)
+    assert np.array_equal(bn.numpy(), before)  # the model's own calls never update the statistics
+    trainer = Trainer(whole, common.image_task(), 0.01, "sgd")
+    trainer.step(x, np.arange(4, dtype=np.int32))
+    assert not np.array_equal(bn.numpy(), before)  # the training of every layer adapts them
+    np.testing.assert_allclose(whole(x, training=False).numpy(), model(x, training=False).numpy(), rtol=1e-5)
+    lstm = lstm_lm.build(lstm_lm.LSTMConfig(10, 10, 4, 4, 1), seed=0)
+    assert cloud_baselines.every_layer(lstm, "text") is lstm

@@ -180,3 +180,17 @@ def test_clipping_bounds_the_update_and_the_schedule_sets_each_epochs_rate():
     assert float(trainer.optimizer.learning_rate.numpy()) == 1.0
     with pytest.raises(ValueError, match="clip_norm"):
         Trainer(model, NextWordTask(), 0.01, clip_norm=-1.0)
+
+
+def test_even_batches_train_every_example_once_in_batches_that_differ_by_at_most_one():
+    """No short remainder batch (what batch statistics would normalise by), nothing left out."""
+    from ondevice.training.even_batches import EvenBatches
+
+    x, y = np.arange(140, dtype=np.float32)[:, None], np.arange(140)
+    batches = EvenBatches().batches(None, (x, y), 32, np.random.default_rng(0))
+    sizes = [len(b[1]) for b in batches]
+    assert len(batches) == 5 and max(sizes) - min(sizes) <= 1 and sum(sizes) == 140  # not 4 x 32 + 12
+    assert sorted(np.concatenate([b[1] for b in batches])) == list(range(140))
+    assert all(np.array_equal(bx[:, 0], by) for bx, by in batches)  # inputs stay with their labels
+    small = EvenBatches().batches(None, (x[:7], y[:7]), 32, np.random.default_rng(0))
+    assert [len(b[1]) for b in small] == [7]

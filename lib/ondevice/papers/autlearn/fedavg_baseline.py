@@ -14,7 +14,9 @@ the first seed's FedAvg; later seeds and the shuffled clients train with the cho
 screen (`<kind>_fedavg_screen_rounds`, fixed before any run), every pair trains at most that many
 rounds and only the pair with the lowest screened loss trains on to its plateau; its first rounds
 are the screen's (the same client draws), so a screened run that reached its plateau before the
-screen's cap is already the chosen run. Losing pairs cost the screen's rounds, not their plateau.
+screen's cap is already the chosen run (not with rate cuts, `cloud_baselines.rate_cuts`: a screen
+runs at its rate only, so the chosen pair trains again with its cuts). Losing pairs cost the
+screen's rounds, not their plateau.
 The default screens a third of each cap: cold, the grid's 8 LSTM and 6 MobileNet pairs each to its
 plateau did not fit a session (one LSTM pair took 1,952 s under contention; MobileNet's cap is 600).
 
@@ -40,6 +42,7 @@ from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
 from ondevice.training import selection
 from ondevice.training.bucketing import EqualLength
 from ondevice.training.many_users import ManyUsers
+from ondevice.training.rate_cuts import RateCuts, with_cuts
 from ondevice.training.trainer import Trainer
 
 SECTION = "FedAvg's known answer: IID clients reach CloudTrain's held-out loss"
@@ -81,9 +84,10 @@ class Choice(NamedTuple):
 
 
 def client_trainer(params, kind: str, model, learning_rate: float) -> Trainer:
-    """A client's step: every layer, plain SGD (the LSTM with the equal-length buckets)."""
-    hooks = [EqualLength()] if kind == "text" else []
-    return Trainer(model, protocol.task(params, kind), learning_rate, "sgd", hooks=hooks)
+    """A client's step: every layer (`cloud_baselines.every_layer`), plain SGD, batched as CloudTrain
+    (`cloud_baselines.batching`: the LSTM in equal-length buckets, MobileNet in even batches)."""
+    model, the_task = cloud_baselines.every_layer(model, kind), protocol.task(params, kind)
+    return Trainer(model, the_task, learning_rate, "sgd", hooks=cloud_baselines.batching(kind))
 
 
 def clients_together(params, kind: str, model, learning_rate: float, clients: int) -> ManyUsers | None:
@@ -108,17 +112,22 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
     the kind only, so every client set and candidate is drawn alike. A run is stored in the model
     cache (`cached_runs`; `holdout`: the `Holdout` the plateau watches)."""
     (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
-    rounds = min(rounds, cap) if cap else rounds
+    rounds, cuts = (min(rounds, cap), RateCuts(0)) if cap else (rounds, cloud_baselines.rate_cuts(params, kind))
     trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
-    fed = (rounds, per_round, local_epochs, batch, streams.tf_seed(seed, f"fedavg/{kind}"))
     stop, every = params.plateau("FedAvg", kind), params.fedavg_evaluate_every
     rule = dict(evaluate=holdout, stop=stop, evaluate_every=every, log=log)
     rule["together"] = clients_together(params, kind, model, rate, per_round)
     setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
     setting |= dict(batch=batch, stop=asdict(stop), every=every, together=rule["together"] is not None)
-    setting |= cached_runs.model_fields(params, kind)
+    setting |= cached_runs.model_fields(params, kind) | (dict(cuts=asdict(cuts)) if cuts.cuts else {})
     data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
-    run = lambda: cloud_baselines.converge_fedavg(trainer, start, clients, *fed, **rule)  # noqa: E731
+
+    def phase(k: int, phase_rate: float) -> list[dict]:  # each cut draws its own clients
+        trainer.learning_rate, draws = phase_rate, streams.tf_seed(seed, f"fedavg/{kind}" + (f"/cut{k}" if k else ""))
+        fed = (rounds, per_round, local_epochs, batch, draws)
+        return cloud_baselines.converge_fedavg(trainer, start if k == 0 else model.get_weights(), clients, *fed, **rule)
+
+    run = lambda: with_cuts(cuts, rate, phase, model)  # noqa: E731
     builders = (train, client_trainer, clients_together)  # the clients' step is in the key: not in cached_runs.CODE
     curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, builders, log)
     return [p | dict(local_epochs=local_epochs, client_rate=rate) for p in curve]
@@ -154,7 +163,7 @@ def _choose(params, kind: str, data, pre: common.Pretrained, log=print) -> Choic
     table = pd.concat([table, pd.DataFrame(rows)], axis=1).assign(**{"validation holdout loss": -table.score})
     table = table.drop(columns="score").assign(method="FedAvg", model=MODEL_NAMES[kind], optimizer="sgd")
     table["screen rounds"] = screen
-    if screen and rows[chosen]["ended_by"] == "cap":  # the best screened pair on to its plateau
+    if screen and (rows[chosen]["ended_by"] == "cap" or cloud_baselines.rate_cuts(params, kind).cuts):
         e, r = best["local_epochs"], best["learning_rate"]
         log(f"{MODEL_NAMES[kind]}: FedAvg, the best screened pair ({e} local epoch(s), rate {r}) to its plateau")
         curve = train(params, kind, pre.model, pre.weights, data.train, holdout, params.seed, e, r, log)
