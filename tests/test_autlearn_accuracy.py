@@ -177,13 +177,18 @@ def test_fedavg_rounds_and_clients_per_kind():
 
 
 def test_cloudtrain_and_fedavg_patience_per_kind():
-    p = exp.Params.for_scale("smoke", fedavg_patience=3, image_fedavg_patience=10, cloud_patience=2)
+    p = exp.Params.for_scale(
+        "smoke", fedavg_patience=3, image_fedavg_patience=10, cloud_patience=2, image_cloud_patience=0
+    )
     assert p.plateau(exp.FED, "text").patience == 3 and p.plateau(exp.FED, "image").patience == 10
     assert p.plateau(exp.CLOUD, "image").patience == 2 and p.plateau(exp.CLOUD, "text").patience == 2
-    q = exp.Params.for_scale("smoke", cloud_patience=2, image_cloud_patience=6, fedavg_patience=3)
+    q = exp.Params.for_scale(
+        "smoke", cloud_patience=2, image_cloud_patience=6, fedavg_patience=3, image_fedavg_patience=0
+    )
     assert q.plateau(exp.CLOUD, "image").patience == 6 and q.plateau(exp.CLOUD, "text").patience == 2
     assert q.plateau(exp.FED, "image").patience == 3
-    assert exp.Params.for_scale("smoke", fedavg_patience=4).plateau(exp.FED, "image").patience == 4  # 0: the shared
+    shared = exp.Params.for_scale("smoke", fedavg_patience=4, image_fedavg_patience=0)  # 0: the shared field
+    assert shared.plateau(exp.FED, "image").patience == 4
     with pytest.raises(ParameterError, match="'image_fedavg_patience'"):
         exp.Params.for_scale("smoke", image_fedavg_patience=-1)
 
