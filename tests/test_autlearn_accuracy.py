@@ -176,21 +176,13 @@ def test_fedavg_rounds_and_clients_per_kind():
         exp.Params.for_scale("smoke", fedavg_epoch_candidates=())
 
 
-def test_cloudtrain_and_fedavg_patience_per_kind():
-    p = exp.Params.for_scale(
-        "smoke", fedavg_patience=3, image_fedavg_patience=10, cloud_patience=2, image_cloud_patience=0
-    )
-    assert p.plateau(exp.FED, "text").patience == 3 and p.plateau(exp.FED, "image").patience == 10
-    assert p.plateau(exp.CLOUD, "image").patience == 2 and p.plateau(exp.CLOUD, "text").patience == 2
-    q = exp.Params.for_scale(
-        "smoke", cloud_patience=2, image_cloud_patience=6, fedavg_patience=3, image_fedavg_patience=0
-    )
-    assert q.plateau(exp.CLOUD, "image").patience == 6 and q.plateau(exp.CLOUD, "text").patience == 2
-    assert q.plateau(exp.FED, "image").patience == 3
-    shared = exp.Params.for_scale("smoke", fedavg_patience=4, image_fedavg_patience=0)  # 0: the shared field
-    assert shared.plateau(exp.FED, "image").patience == 4
-    with pytest.raises(ParameterError, match="'image_fedavg_patience'"):
-        exp.Params.for_scale("smoke", image_fedavg_patience=-1)
+def test_cloudtrain_and_fedavg_share_one_patience_per_kind():
+    p = exp.Params.for_scale("smoke", cloud_patience=2, image_cloud_patience=6)
+    assert p.plateau("image").patience == 6 and p.plateau("text").patience == 2
+    shared = exp.Params.for_scale("smoke", cloud_patience=3, image_cloud_patience=0)  # 0: the shared field
+    assert shared.plateau("image").patience == shared.plateau("text").patience == 3
+    with pytest.raises(ParameterError, match="'image_cloud_patience'"):
+        exp.Params.for_scale("smoke", image_cloud_patience=-1)
 
 
 # ---- IID FedAvg reaches the centralized loss: a planted least-squares problem -------------------------
@@ -311,18 +303,18 @@ def test_fedavg_stop_needs_evaluate():
         fedavg(trainer, model.get_weights(), _clients([4, 4]), 3, 1, 1, 4, seed=0, stop=Plateau(2))
 
 
-def test_converge_fedavg_scores_the_start_and_about_an_epoch_between_evaluations():
+def test_converge_fedavg_scores_the_start_and_an_epoch_of_the_global_models_steps_between_evaluations():
     model = _model()
     trainer = Trainer(model, ClassificationTask((5,), 3), 0.5, "sgd")
-    clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round: every ceil(5 / 2) = 3 rounds
+    clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round, 2 local epochs: every ceil(5 / 2) = 3 rounds
     evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])
     start = model.get_weights()
-    curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 1, 3, 0, evaluate=evaluate, stop=Plateau(2))
+    curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 2, 3, 0, evaluate=evaluate, stop=Plateau(2))
     scored = [p["step"] for p in curve if not np.isnan(p["holdout_loss"])]
     assert scored == [0, 3, 6, 9, 12] and [p["step"] for p in curve if p["kept"]] == [6]
     assert all(np.array_equal(a, b) for a, b in zip(evaluate.scored[0], start))  # round 0: the start
-    assert curve[0]["examples_seen"] == 0 and curve[3]["examples_seen"] == 3 * 2 * 6
-    assert curve[3]["epochs_seen"] == 36 / 30 and {p["ended_by"] for p in curve} == {"plateau"}
+    assert curve[0]["examples_seen"] == 0 and curve[3]["examples_seen"] == 3 * 2 * 6 * 2
+    assert curve[3]["epochs_seen"] == 72 / 30 and {p["ended_by"] for p in curve} == {"plateau"}
 
 
 def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation_users():
@@ -464,7 +456,7 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
 
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
     fields = dict(fedavg_epoch_candidates=(1,), image_fedavg_rate_candidates=(0.001, 0.05), fedavg_evaluate_every=1)
-    fields |= dict(image_fedavg_rounds=12, image_fedavg_screen_rounds=3, fedavg_patience=20)
+    fields |= dict(image_fedavg_rounds=12, image_fedavg_screen_rounds=3, cloud_patience=20, image_cloud_patience=0)
     params, rng = exp.Params.for_scale("smoke", **fields), np.random.default_rng(0)
     images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32))  # noqa: E731
     validation = common.Validation(("v",), {"v": images(8)}, {"v": images(8)})

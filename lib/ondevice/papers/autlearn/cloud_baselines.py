@@ -116,7 +116,7 @@ def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng
 def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed: int, log) -> list[dict]:
     """CloudTrain: every layer by Adam on the pooled training data from `start` to its plateau
     (`converge_cloud`), the kept weights left in `model`; stored in the model cache (`cached_runs`)."""
-    (rate, epochs, batch), stop, cuts = params.cloud(kind), params.plateau("CloudTrain", kind), rate_cuts(params, kind)
+    (rate, epochs, batch), stop, cuts = params.cloud(kind), params.plateau(kind), rate_cuts(params, kind)
     trainer = Trainer(every_layer(model, kind), task(params, kind), rate, "adam", hooks=batching(kind))
     rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODEL_NAMES[kind]}"
 
@@ -153,12 +153,20 @@ def converge_fedavg(
     together=None,
 ):
     """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
-    ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: about one
-    epoch-equivalent, ceil(clients / (per_round x local)) rounds, so that a patience means as much
-    data as CloudTrain's epochs); `together`: a round's clients at once (`fedavg`'s). Its curve: a row
-    per round (held-out loss NaN between evaluations)."""
+    ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: an epoch of
+    the global model's steps, ceil(clients / local) rounds, so that a patience means as many steps
+    as CloudTrain's); `together`: a round's clients at once (`fedavg`'s). Its curve: a row per round
+    (held-out loss NaN between evaluations).
+
+    Why steps, not examples: a round averages `per_round` clients' local steps from the same weights,
+    which moves the global model about as far as one client's steps. Measured (MobileNet, default,
+    seed 0, IID clients, 10 a round, 3 local epochs, SGD 0.03, about 15 steps a round; centralized
+    SGD at the same rate and batch, 434 steps an epoch): after 900 steps FedAvg 0.741, centralized
+    0.735 (868); after 1,260, 0.705 and 0.695 (1,302), though FedAvg had read 10x the examples.
+    Evaluated every epoch-equivalent of examples instead, FedAvg's patience was a tenth of
+    CloudTrain's in steps and its plateau came early (before even batches: kept 0.628 against 0.539)."""
     total = sum(trainer.task.size(c) for c in clients.values())
-    every = evaluate_every or math.ceil(len(clients) / (per_round * local))
+    every = evaluate_every or math.ceil(len(clients) / local)
     trainer.reset(start)
     first = _point(0, 0, total, np.nan, evaluate(trainer.model))
     rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every, together=together)

@@ -17,8 +17,9 @@ are the screen's (the same client draws), so a screened run that reached its pla
 screen's cap is already the chosen run (not with rate cuts, `cloud_baselines.rate_cuts`: a screen
 runs at its rate only, so the chosen pair trains again with its cuts). Losing pairs cost the
 screen's rounds, not their plateau.
-The default screens a third of each cap: cold, the grid's 8 LSTM and 6 MobileNet pairs each to its
-plateau did not fit a session (one LSTM pair took 1,952 s under contention; MobileNet's cap is 600).
+The default screens 2 (LSTM) and 3 (MobileNet) of the stopping rule's evaluations at one local epoch
+(6 and 9 at three): cold, the grid's 8 LSTM and 6 MobileNet pairs each to its plateau did not fit a
+session (one LSTM pair took 1,952 s under contention).
 
 The known-answer control (`control_table`): on shuffled (IID) clients FedAvg minimises the same
 pooled loss as CloudTrain (the example-weighted mean of the clients' losses), so at convergence its
@@ -114,7 +115,7 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
     (rounds, per_round), batch = rounds_and_clients(params, kind), params.cloud(kind)[2]
     rounds, cuts = (min(rounds, cap), RateCuts(0)) if cap else (rounds, cloud_baselines.rate_cuts(params, kind))
     trainer, per_round = client_trainer(params, kind, model, rate), min(per_round, len(clients))
-    stop, every = params.plateau("FedAvg", kind), params.fedavg_evaluate_every
+    stop, every = params.plateau(kind), params.fedavg_evaluate_every
     rule = dict(evaluate=holdout, stop=stop, evaluate_every=every, log=log)
     rule["together"] = clients_together(params, kind, model, rate, per_round)
     setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
