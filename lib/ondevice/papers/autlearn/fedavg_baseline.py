@@ -29,9 +29,10 @@ MobileNet's fails, open (default, seed 0, 3 clients a round, SGD 0.03 then its t
 IID FedAvg's first plateau is centralized SGD's (1 local epoch 0.607, 3 local epochs 0.633; centralized
 SGD at the same rate and batch 0.614), but the cuts that take centralized SGD to 0.545 and 0.540 take
 FedAvg to 0.612 and 0.595 (3 local epochs: 0.623, then 0.615 when stopped), against
-CloudTrain's 0.559 (+6.4%). From FedAvg's kept model, centralized SGD at the first cut's rate rises
-(0.595, then 0.620 and 0.630 after one and two epochs): what FedAvg converges to differs, not how it
-goes on at a small rate; why is not known.
+CloudTrain's 0.559 (+6.4%). From centralized SGD's first plateau, one epoch at the first cut's rate
+(0.006) gives 0.557; from FedAvg's (1 local epoch), the same centralized epochs give 0.616, then 0.632.
+So FedAvg's first plateau is a different point at the same held-out loss, one that a smaller rate
+does not improve; why is not known.
 """
 
 from __future__ import annotations
