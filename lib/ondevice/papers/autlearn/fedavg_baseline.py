@@ -32,7 +32,9 @@ FedAvg to 0.612 and 0.595 (3 local epochs: 0.623, then 0.615 when stopped), agai
 CloudTrain's 0.559 (+6.4%). From centralized SGD's first plateau, one epoch at the first cut's rate
 (0.006) gives 0.557; from FedAvg's (1 local epoch), the same centralized epochs give 0.616, then 0.632.
 So FedAvg's first plateau is a different point at the same held-out loss, one that a smaller rate
-does not improve; why is not known.
+does not improve: it fits the pooled training data more closely (loss 0.170, 94.6% right, against
+centralized SGD's 0.272, 91.1%). A round reads its 3 clients' data for one client's steps; whether
+that is why is not known.
 """
 
 from __future__ import annotations

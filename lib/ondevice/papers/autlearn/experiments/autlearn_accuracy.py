@@ -105,8 +105,8 @@ class Params(common.AutLearnParams):
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=120, fedavg_clients=4)
             | dict(image_fedavg_rounds=2970, image_fedavg_clients=3, text_fedavg_screen_rounds=24)
             | dict(image_fedavg_screen_rounds=297, image_cloud_patience=6, image_rate_cuts=2),
-            "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=300, fedavg_clients=10)
-            | dict(image_fedavg_rounds=300, image_fedavg_clients=30),
+            "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=4000, fedavg_clients=10)
+            | dict(image_fedavg_rounds=10800, image_fedavg_clients=30),  # ~30 epochs of steps, ~131 / ~354 clients
         }
     )
 
