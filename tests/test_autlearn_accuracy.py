@@ -303,18 +303,22 @@ def test_fedavg_stop_needs_evaluate():
         fedavg(trainer, model.get_weights(), _clients([4, 4]), 3, 1, 1, 4, seed=0, stop=Plateau(2))
 
 
-def test_converge_fedavg_scores_the_start_and_an_epoch_of_the_global_models_steps_between_evaluations():
+def test_converge_fedavg_scores_the_start_and_every_epoch_of_examples():
     model = _model()
     trainer = Trainer(model, ClassificationTask((5,), 3), 0.5, "sgd")
-    clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round, 2 local epochs: every ceil(5 / 2) = 3 rounds
+    clients = _clients([6, 6, 6, 6, 6])  # 5 clients, 2 per round, 2 local epochs: every ceil(5 / 4) = 2 rounds
     evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])
     start = model.get_weights()
     curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 2, 3, 0, evaluate=evaluate, stop=Plateau(2))
     scored = [p["step"] for p in curve if not np.isnan(p["holdout_loss"])]
-    assert scored == [0, 3, 6, 9, 12] and [p["step"] for p in curve if p["kept"]] == [6]
+    assert scored == [0, 2, 4, 6, 8] and [p["step"] for p in curve if p["kept"]] == [4]
     assert all(np.array_equal(a, b) for a, b in zip(evaluate.scored[0], start))  # round 0: the start
-    assert curve[0]["examples_seen"] == 0 and curve[3]["examples_seen"] == 3 * 2 * 6 * 2
-    assert curve[3]["epochs_seen"] == 72 / 30 and {p["ended_by"] for p in curve} == {"plateau"}
+    assert curve[0]["examples_seen"] == 0 and curve[2]["examples_seen"] == 2 * 2 * 6 * 2
+    assert curve[2]["epochs_seen"] == 48 / 30 and {p["ended_by"] for p in curve} == {"plateau"}
+    evaluate = Scripted([2.0, 1.0, 0.5, 0.6, 0.7])  # an explicit `evaluate_every`
+    rule = dict(evaluate=evaluate, stop=Plateau(2), evaluate_every=3)
+    curve = cloud_baselines.converge_fedavg(trainer, start, clients, 15, 2, 2, 3, 0, **rule)
+    assert [p["step"] for p in curve if not np.isnan(p["holdout_loss"])] == [0, 3, 6, 9, 12]
 
 
 def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation_users():
@@ -487,6 +491,33 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
     assert cut[0]["learning_rate"] == pytest.approx(0.2 * best.learning_rate) and cut[0]["step"] > cut[0]["phase_step"]
     with pytest.raises(ParameterError, match="image_fedavg_screen_rounds"):
         exp.Params.for_scale("smoke", image_fedavg_rounds=12, image_fedavg_screen_rounds=12)
+
+
+def test_fedavg_clients_step_at_the_rate_times_the_clients_a_round(monkeypatch, tmp_path):
+    """Averaging K clients' steps is one step of a K-times larger batch: each client steps at the
+    grid's rate x K, through every rate cut, and the curve says at which."""
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    params = exp.Params.for_scale("smoke", image_fedavg_rounds=4, image_fedavg_clients=3, fedavg_evaluate_every=1)
+    rng = np.random.default_rng(0)
+    images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32))  # noqa: E731
+    clients = {f"c{i}": images(8) for i in range(4)}
+    holdout = cloud_baselines.holdout_loss("image", common.Validation(("v",), {"v": images(8)}, {"v": images(8)}))
+    init = keras.initializers.GlorotUniform(seed=0)
+    model = keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(62, kernel_initializer=init)]
+    )
+    real, stepped = fedavg_baseline.client_trainer, []
+
+    def recording(params, kind, model, learning_rate):
+        trainer = real(params, kind, model, learning_rate)
+        fit = trainer.fit
+        trainer.fit = lambda *args, **kwargs: stepped.append(trainer.learning_rate) or fit(*args, **kwargs)
+        return trainer
+
+    monkeypatch.setattr(fedavg_baseline, "client_trainer", recording)
+    curve = fedavg_baseline.train(params, "image", model, model.get_weights(), clients, holdout, 0, 1, 0.05, print)
+    assert sorted(set(np.round(stepped, 9))) == [0.03, 0.15]  # 3 x 0.05, then smoke's one cut: 3 x 0.01
+    assert all(p["client_rate"] == pytest.approx(3 * p["learning_rate"]) for p in curve)
 
 
 def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_the_adapted_statistics():

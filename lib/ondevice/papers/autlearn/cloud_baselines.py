@@ -154,19 +154,13 @@ def converge_fedavg(
 ):
     """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
     ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: an epoch of
-    the global model's steps, ceil(clients / local) rounds, so that a patience means as many steps
-    as CloudTrain's); `together`: a round's clients at once (`fedavg`'s). Its curve: a row per round
-    (held-out loss NaN between evaluations).
-
-    Why steps, not examples: a round averages `per_round` clients' local steps from the same weights,
-    which moves the global model about as far as one client's steps. Measured (MobileNet, default,
-    seed 0, IID clients, 10 a round, 3 local epochs, SGD 0.03, about 15 steps a round; centralized
-    SGD at the same rate and batch, 434 steps an epoch): after 900 steps FedAvg 0.741, centralized
-    0.735 (868); after 1,260, 0.705 and 0.695 (1,302), though FedAvg had read 10x the examples.
-    Evaluated every epoch-equivalent of examples instead, FedAvg's patience was a tenth of
-    CloudTrain's in steps and its plateau came early (before even batches: kept 0.628 against 0.539)."""
+    the examples, ceil(clients / (local x per_round)) rounds, as CloudTrain is scored every epoch;
+    the patience counts evaluations); `together`: a round's clients at once (`fedavg`'s). Its
+    curve: a row per round (held-out loss NaN between evaluations). One rule in one unit holds when
+    the clients step at `per_round` times the centralized rate (`fedavg_baseline.train`): the
+    global model then moves per example as far as centralized SGD does."""
     total = sum(trainer.task.size(c) for c in clients.values())
-    every = evaluate_every or math.ceil(len(clients) / local)
+    every = evaluate_every or math.ceil(len(clients) / (local * per_round))
     trainer.reset(start)
     first = _point(0, 0, total, np.nan, evaluate(trainer.model))
     rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every, together=together)

@@ -63,7 +63,8 @@ class Params(common.AutLearnParams):
     image_cloud_epochs: int = 15  # at most
     image_cloud_batch_size: int = 32
     image_cloud_learning_rate: float = 0.0005  # Adam
-    # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch, local epochs and rate chosen on validation users
+    # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch and at a rate of the grid x clients a round, the
+    # local epochs and the rate chosen on validation users
     fedavg_rounds: int = 120  # at most
     fedavg_clients: int = 5  # clients per round
     image_fedavg_rounds: int = 0  # 0 = fedavg_rounds
@@ -77,36 +78,35 @@ class Params(common.AutLearnParams):
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
     fedavg_together: bool = False  # a round's LSTM clients at once: slower (fedavg_baseline.clients_together)
     # One stopping rule for both (fixed before any run, never tuned on test users): the loss on all data of the
-    # validation users after every epoch of the trained model's steps (CloudTrain: an epoch; FedAvg: the rounds
-    # in which the global model takes as many steps, `cloud_baselines.converge_fedavg`), ending after
+    # validation users after every epoch of examples (FedAvg: `cloud_baselines.converge_fedavg`), ending after
     # `*_cloud_patience` evaluations in a row none `stop_min_delta` (relative) below the lowest, which is kept.
     stop_min_delta: float = 0.005
     cloud_patience: int = 2
     image_cloud_patience: int = 0  # 0 = cloud_patience
-    fedavg_evaluate_every: int = 0  # rounds between FedAvg's evaluations; 0 = an epoch of the global model's steps
+    fedavg_evaluate_every: int = 0  # rounds between FedAvg's evaluations; 0 = an epoch of examples
     seeds: int = 1  # repeats of all training (seed, seed+1, ...); data and users use `seed`; 3 at default
     bootstrap: int = 2000
     tflite_check_steps: int = 3  # AutLearn's LSTM step through the TFLite interpreter (0 = skip)
 
     # default: 12 of 137 top-10% Shakespeare roles, 99 of 105 FEMNIST writers (6 of each validate). Caps: CloudTrain
-    # 10 / 30 epochs; FedAvg the same in the global model's steps at one local epoch (LSTM 10 x 12 clients, MobileNet
-    # 30 x 99). MobileNet (batch norm adapting, `cloud_baselines.every_layer`), centralized SGD from the public model
+    # 10 / 30 epochs; FedAvg the same in examples at one local epoch (LSTM 10 x 12 / 4 rounds, MobileNet 30 x 99 / 3).
+    # MobileNet (batch norm adapting, `cloud_baselines.every_layer`), centralized SGD from the public model
     # on 6,000 training images, validation loss after epochs 1/2/3 (2026-12-05): 0.01 2.97, 1.65, 1.13; 0.03 2.60,
     # 1.57, 2.07; 0.1 2.70, 3.57, 2.04 (statistics fixed: 0.01 sat at the class prior, 3.45-3.44). Its constant-rate
     # curves swing +-10% between evaluations (`cloud_baselines`), hence its rate cuts and patience. MobileNet's FedAvg
-    # takes 3 clients a round, not 10: a round costs its clients' epochs and moves the global model one client's
-    # steps (measured, `converge_fedavg`): at 10 a run would read ~10x CloudTrain's examples (hours at default).
+    # takes 3 clients a round, not 10: a round costs its clients' epochs, and at 10 its client rates would be 10x
+    # the grid's. Smoke's grids keep its earlier client rates (text 0.3, 1.0; images 0.1) over 2 clients a round.
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=80, image_fedavg_rounds=160, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
-            | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
+            | dict(text_fedavg_rate_candidates=(0.15, 0.5), image_fedavg_rate_candidates=(0.05,), image_rate_cuts=1)
             | dict(image_cloud_patience=4),
-            "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=120, fedavg_clients=4)
-            | dict(image_fedavg_rounds=2970, image_fedavg_clients=3, text_fedavg_screen_rounds=24)
+            "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
+            | dict(image_fedavg_rounds=990, image_fedavg_clients=3, text_fedavg_screen_rounds=6)
             | dict(image_fedavg_screen_rounds=297, image_cloud_patience=6, image_rate_cuts=2),
-            "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=4000, fedavg_clients=10)
-            | dict(image_fedavg_rounds=10800, image_fedavg_clients=30),  # ~30 epochs of steps, ~131 / ~354 clients
+            "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=400, fedavg_clients=10)
+            | dict(image_fedavg_rounds=360, image_fedavg_clients=30),  # ~30 epochs of examples, ~131 / ~354 clients
         }
     )
 
