@@ -374,7 +374,7 @@ def _words(data, samples) -> set[str]:
     return {data.vocab.words[i] for i in ids}
 
 
-def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_with_the_paper():
+def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_and_the_iid_control_passes():
     import pandas as pd
 
     from ondevice.papers.autlearn import fedavg_ablation as ab
@@ -391,13 +391,18 @@ def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_with_t
     assert list(table.clients) == ["users (the protocol)", "shuffled (IID)"] * 2
     assert np.allclose(table[ab.ADVANTAGE], [0.20, 0.01, 0.20, 0.20])
     assert table.audit.iloc[1].startswith("agrees") and table.audit.iloc[3] == "unexplained"
-    why = ab.diagnoses(table)
+    verdicts = ["passes: within 2% of CloudTrain's held-out loss"] * 2
+    control = pd.DataFrame(dict(model=["LSTM", "MobileNet"], seed=0, verdict=verdicts))
+    why = ab.diagnoses(table, control)
     assert (
         list(why) == ["CloudTrain beats FedAvg (LSTM)"] and why["CloudTrain beats FedAvg (LSTM)"].section == ab.SECTION
     )
     assert (
         "+1.0%" in why["CloudTrain beats FedAvg (LSTM)"].text and "+20.0%" in why["CloudTrain beats FedAvg (LSTM)"].text
     )
+    # a FedAvg that fails its IID control explains nothing, however well its shuffled row agrees
+    control.loc[0, "verdict"] = "fails: IID FedAvg's plateau is +6.4% above CloudTrain's held-out loss"
+    assert ab.diagnoses(table, control) == {}
 
 
 # ---- the cloud baselines' runs are stored: an interrupted notebook resumes ----------------------------
@@ -540,3 +545,14 @@ def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_
     np.testing.assert_allclose(whole(x, training=False).numpy(), model(x, training=False).numpy(), rtol=1e-5)
     lstm = lstm_lm.build(lstm_lm.LSTMConfig(10, 10, 4, 4, 1), seed=0)
     assert cloud_baselines.every_layer(lstm, "text") is lstm
+
+
+def test_the_iid_control_passes_within_its_tolerance_and_says_when_cloudtrain_is_left_behind():
+    verdict = fedavg_baseline._verdict
+    assert verdict(0.015, 0.02, "plateau").startswith("passes: within 2%")
+    assert verdict(-0.094, 0.02, "plateau") == (
+        "passes: IID FedAvg's plateau is -9.4% below CloudTrain's held-out loss, which CloudTrain misses"
+    )
+    assert verdict(0.064, 0.02, "plateau").startswith("fails: IID FedAvg's plateau is +6.4% above")
+    assert verdict(0.064, 0.02, "cap").startswith("fails: the round cap ended")
+    assert verdict(float("nan"), 0.02, "plateau").startswith("fails")

@@ -10,8 +10,9 @@ known-answer control (`fedavg_baseline.control_table`).
 
 The rule, fixed before any run: the row "CloudTrain beats FedAvg (<model>)" is explained when, with
 shuffled clients, CloudTrain's advantage agrees with the paper's change (`claims.audit`: the
-interval contains it, or it is within 3x and of its sign); otherwise the row stays unexplained and
-the table shows what shuffling changed.
+interval contains it, or it is within 3x and of its sign), and the model's control passes (a
+FedAvg that cannot reach CloudTrain on IID clients says nothing about non-IID ones); otherwise the
+row stays unexplained and the table shows what shuffling changed.
 """
 
 from __future__ import annotations
@@ -84,13 +85,14 @@ def table(users: pd.DataFrame, paper: claims.Paper, cloud: str, fedavg: str, see
     return pd.DataFrame(rows)
 
 
-def diagnoses(ablation: pd.DataFrame) -> dict[str, claims.Diagnosis]:
-    """CLAIM of each model whose shuffled-clients row agrees with the paper (the module's rule) -> its
-    diagnosis, whose cause is the data (the users' non-IID split); none for the others."""
-    out = {}
+def diagnoses(ablation: pd.DataFrame, control: pd.DataFrame) -> dict[str, claims.Diagnosis]:
+    """CLAIM of each model whose shuffled-clients row agrees with the paper and whose control
+    (`fedavg_baseline.control_table`) passes (the module's rule) -> its diagnosis, whose cause is the
+    data (the users' non-IID split); none for the others."""
+    out, passed = {}, set(control.model[control.verdict.str.startswith("passes")])
     for model, g in ablation.groupby("model", sort=False):
         users, shuffled = (g[g.clients.str.startswith(c)].iloc[0] for c in ("users", "shuffled"))
-        if not shuffled.audit.startswith("agrees"):
+        if not shuffled.audit.startswith("agrees") or model not in passed:
             continue
         change = lambda r: f"{r[ADVANTAGE]:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"  # noqa: E731
         text = "the users' non-IID data: with shuffled clients (the same data and client sizes) CloudTrain beats "

@@ -11,9 +11,11 @@ centralized SGD, and with less of SGD's noise (linear scaling, Goyal et al., 201
 MobileNet's IID control (default, seed 0, K = 3, 1 local epoch, rate cuts; CloudTrain 0.559,
 centralized SGD at 0.03 0.540): clients at 0.03, the plateau fitted the pooled training data more
 closely than centralized SGD's at the same held-out loss (training loss 0.170 against 0.272) and the
-cuts did not lower it (0.607, 0.612, 0.595: +6.4%), with a patience in epochs of examples or, as
-tried, in the global model's steps; clients at 0.1 (= 3 x 0.03), scored every epoch of examples:
-0.596 after 7 epochs (centralized SGD 0.614), then 0.516 and 0.507 after the cuts (-9.4%, passes).
+cuts did not lower it (0.607, 0.612, 0.595: +6.4%, fails), with a patience in epochs of examples or,
+as tried, in the global model's steps; clients at 0.1, scored every epoch of examples: 0.596 after 7
+epochs (centralized SGD 0.614), then 0.516 and 0.507 after the cuts (-9.4%); grid rate 0.03 (clients
+at 0.09), this module's run: 0.591, 0.527, 0.519 (-7.2%, 23 min on one thread). Both pass, and both
+end below CloudTrain (Adam 0.0005) and centralized SGD: the control's verdict says so.
 
 The paper leaves the local epochs and the rate open. The rule, fixed before any test run:
 on the first seed, every pair of the preset's grids (`fedavg_epoch_candidates` x
@@ -225,6 +227,8 @@ def control_table(history: list[dict], tolerance: float, cloud: str, fedavg: str
 
 
 def _verdict(gap: float, tolerance: float, ended_by: str) -> str:
+    if np.isfinite(gap) and gap < -tolerance:  # the control is one-sided; a centralized model left behind is news
+        return f"passes: IID FedAvg's plateau is {gap:+.1%} below CloudTrain's held-out loss, which CloudTrain misses"
     if np.isfinite(gap) and gap <= tolerance:
         return f"passes: within {tolerance:.0%} of CloudTrain's held-out loss"
     if ended_by == "cap":

@@ -94,13 +94,12 @@ class Params(common.AutLearnParams):
     # on 6,000 training images, validation loss after epochs 1/2/3 (2026-12-05): 0.01 2.97, 1.65, 1.13; 0.03 2.60,
     # 1.57, 2.07; 0.1 2.70, 3.57, 2.04 (statistics fixed: 0.01 sat at the class prior, 3.45-3.44). Its constant-rate
     # curves swing +-10% between evaluations (`cloud_baselines`), hence its rate cuts and patience. MobileNet's FedAvg
-    # takes 3 clients a round, not 10: a round costs its clients' epochs, and at 10 its client rates would be 10x
-    # the grid's. Smoke's grids keep its earlier client rates (text 0.3, 1.0; images 0.1) over 2 clients a round.
+    # takes 3 clients a round, not 10: a round costs its clients' epochs, and at 10 they step at 10x the grid's rate.
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=80, image_fedavg_rounds=160, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
-            | dict(text_fedavg_rate_candidates=(0.15, 0.5), image_fedavg_rate_candidates=(0.05,), image_rate_cuts=1)
+            | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
             | dict(image_cloud_patience=4),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, text_fedavg_screen_rounds=6)
@@ -244,7 +243,9 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     measured = {e.claim: matrices(e.better, e.worse) for e in PAPER.effects}
     fed_rng, gap_rng = (streams.rng(params.seed, f"bootstrap/{n}") for n in ("fedavg-ablation", "feature-gap"))
     ablation = fedavg_ablation.table(users, PAPER, CLOUD, FED, params.seed, fed_rng, boots := params.bootstrap)
-    why = fedavg_ablation.diagnoses(ablation) | gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
+    control = fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED)
+    why = fedavg_ablation.diagnoses(ablation, control)
+    why |= gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
     effects = c.effects(measured, rng, n_boot=boots, statistic="mean", diagnoses=why)
     first = lambda effect: {"effect": effect, "paper change": np.nan}
     pairs = [(e, _matrix(users, k, b), _matrix(users, k, w)) for e, k, b, w in ORDERINGS]
@@ -261,7 +262,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "pretraining": common.pretraining_table(pre),
         "rate_selection": rates,
         "fedavg_ablation": ablation,
-        "fedavg_control": fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED),
+        "fedavg_control": control,
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
     # Shakespeare stands in for DeepType's keyboard logs, but is AutLearn's own data set (LEAF): no stand-in here
