@@ -134,7 +134,6 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
     rule = dict(evaluate=holdout, stop=stop, evaluate_every=every, log=log)
     rule["together"] = clients_together(params, kind, model, rate * per_round, per_round)
     setting = dict(kind=kind, seed=seed, local_epochs=local_epochs, rate=rate, rounds=rounds, per_round=per_round)
-    setting |= dict(client_rate=rate * per_round)
     setting |= dict(batch=batch, stop=asdict(stop), every=every, together=rule["together"] is not None)
     setting |= cached_runs.model_fields(params, kind) | (dict(cuts=asdict(cuts)) if cuts.cuts else {})
     data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
