@@ -9,7 +9,7 @@ import tf_keras as keras
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms, update_tolerance
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import cloud_baselines, common, fedavg_baseline, protocol
+from ondevice.papers.autlearn import cloud_baselines, cloud_choice, common, fedavg_baseline, protocol
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, clients_alone, clients_together, fedavg
 from ondevice.params import ParameterError
@@ -496,6 +496,49 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
     assert cut[0]["learning_rate"] == pytest.approx(0.2 * best.learning_rate) and cut[0]["step"] > cut[0]["phase_step"]
     with pytest.raises(ParameterError, match="image_fedavg_screen_rounds"):
         exp.Params.for_scale("smoke", image_fedavg_rounds=12, image_fedavg_screen_rounds=12)
+
+
+def test_cloudtrain_screens_adam_and_sgd_on_validation_users_and_only_the_best_trains_on(monkeypatch, tmp_path):
+    """CloudTrain's candidates (Adam at the preset's rate, then SGD at the FedAvg grid) each train
+    the screen's epochs; the lowest validation loss wins and trains on from the same start with its
+    cuts, and is the first seed's CloudTrain; a later seed trains with the chosen optimizer."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
+    fields = dict(image_fedavg_rate_candidates=(0.001, 0.05), image_cloud_learning_rate=0.002, image_cloud_epochs=8)
+    fields |= dict(image_cloud_screen_epochs=2, cloud_patience=20, image_cloud_patience=0)
+    params, rng = exp.Params.for_scale("smoke", **fields), np.random.default_rng(0)
+    images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32))  # noqa: E731
+    validation, pooled = common.Validation(("v",), {"v": images(8)}, {"v": images(8)}), images(24)
+    data = SimpleNamespace(validation=validation, pooled_train=lambda: pooled)
+    init = keras.initializers.GlorotUniform(seed=0)
+    model = keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(62, kernel_initializer=init)]
+    )
+    pre, printed = common.Pretrained(model, model.get_weights(), {}, False), []
+    choice = cloud_choice.choose(params, "image", data, pre, printed.append)
+    table = choice.table
+    assert table[["optimizer", "learning_rate"]].values.tolist() == [["adam", 0.002], ["sgd", 0.001], ["sgd", 0.05]]
+    assert table.kept_epoch.max() <= 2 and table.screen_epochs.eq(2).all()
+    best = table[table.chosen].iloc[0]
+    assert best["validation holdout loss"] == table["validation holdout loss"].min()
+    assert (choice.optimizer, choice.learning_rate) == (best.optimizer, best.learning_rate)
+    assert sum("best screened candidate" in line for line in printed) == 1
+    assert len(list(tmp_path.glob("autlearn_cloudtrain-*"))) == 4  # three screens and the winner's whole run
+    assert max(p["step"] for p in choice.curve) > 2 and {p["phase"] for p in choice.curve} == {0, 1}  # smoke: one cut
+    holdout = cloud_baselines.holdout_loss("image", validation)
+    quiet = lambda _: None  # noqa: E731
+    screened = cloud_baselines.cloud_train(
+        params, "image", model, pre.weights, pooled, holdout, 0, quiet, best.optimizer, best.learning_rate, 2
+    )
+    first = [p["holdout_loss"] for p in screened]
+    np.testing.assert_allclose([p["holdout_loss"] for p in choice.curve[: len(first)]], first)  # the same epochs
+    assert cloud_choice.train(params, "image", data, pre, holdout, 0, choice, quiet) is choice.curve
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), choice.weights))
+    later = cloud_choice.train(params, "image", data, pre, holdout, 1, choice, quiet)
+    assert {p["optimizer"] for p in later} == {choice.optimizer} and len(list(tmp_path.glob("autlearn_cl*"))) == 5
+    with pytest.raises(ParameterError, match="image_cloud_screen_epochs"):
+        exp.Params.for_scale("smoke", image_cloud_epochs=8, image_cloud_screen_epochs=8)
 
 
 def test_fedavg_clients_step_at_the_rate_times_the_clients_a_round(monkeypatch, tmp_path):

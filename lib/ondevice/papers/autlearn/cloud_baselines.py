@@ -113,14 +113,19 @@ def converge_cloud(trainer: Trainer, data, max_epochs: int, batch_size: int, rng
     return _ended(points, "epoch", history.best_epoch, history.plateau, max_epochs)
 
 
-def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed: int, log) -> list[dict]:
-    """CloudTrain: every layer by Adam on the pooled training data from `start` to its plateau
-    (`converge_cloud`), the kept weights left in `model`; stored in the model cache (`cached_runs`)."""
-    (rate, epochs, batch), stop, cuts = params.cloud(kind), params.plateau(kind), rate_cuts(params, kind)
-    trainer = Trainer(every_layer(model, kind), task(params, kind), rate, "adam", hooks=batching(kind))
-    rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODEL_NAMES[kind]}"
+def cloud_train(
+    params, kind, model, start, pooled, holdout: Holdout, seed: int, log, optimizer="adam", rate=0.0, cap=0
+):
+    """CloudTrain: every layer by `optimizer` ("adam" or plain "sgd") at `rate` (0: the preset's)
+    on the pooled training data from `start` to its plateau (`converge_cloud`), at most `cap`
+    epochs without rate cuts if given (a screen, `cloud_choice`), the kept weights left in `model`;
+    stored in the model cache (`cached_runs`)."""
+    (preset_rate, epochs, batch), stop = params.cloud(kind), params.plateau(kind)
+    rate, (epochs, cuts) = rate or preset_rate, (cap, RateCuts(0)) if cap else (epochs, rate_cuts(params, kind))
+    trainer = Trainer(every_layer(model, kind), task(params, kind), rate, optimizer, hooks=batching(kind))
+    rng, label = streams.rng(seed, f"cloud/{kind}"), f"CloudTrain {MODEL_NAMES[kind]} ({optimizer})"
 
-    def phase(k: int, phase_rate: float) -> list[dict]:  # a fresh Adam state at each rate
+    def phase(k: int, phase_rate: float) -> list[dict]:  # a fresh optimizer state at each rate
         trainer.learning_rate = phase_rate
         trainer.reset(start if k == 0 else model.get_weights())
         named = f"{label} at rate {phase_rate:g}" if k else label
@@ -129,11 +134,12 @@ def cloud_train(params, kind: str, model, start, pooled, holdout: Holdout, seed:
     def run():
         return with_cuts(cuts, rate, phase, model)
 
-    setting = dict(kind=kind, seed=seed, learning_rate=rate, epochs=epochs, batch=batch, stop=asdict(stop))
-    setting |= dict(cuts=asdict(cuts)) if cuts.cuts else {}
+    setting = dict(kind=kind, seed=seed, optimizer=optimizer, learning_rate=rate, epochs=epochs, batch=batch)
+    setting |= dict(stop=asdict(stop)) | (dict(cuts=asdict(cuts)) if cuts.cuts else {})
     setting |= cached_runs.model_fields(params, kind)
     data = [cached_runs.digest(start), cached_runs.digest(pooled), holdout.digest]
-    return cached_runs.curve_run("autlearn_cloudtrain", setting, data, model, run, (cloud_train,), log)[0]
+    curve = cached_runs.curve_run("autlearn_cloudtrain", setting, data, model, run, (cloud_train,), log)[0]
+    return [p | dict(optimizer=optimizer) for p in curve]
 
 
 def converge_fedavg(

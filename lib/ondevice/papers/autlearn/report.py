@@ -34,6 +34,14 @@ def verdicts(effects: pd.DataFrame, without_number: str) -> str:
     return "\n".join(lines)
 
 
+def accuracy_notes(params, text, images, pre) -> dict:
+    """What autlearn_accuracy's run.json records of its users, vocabulary, seeds and choices."""
+    notes = dict(text_users=list(text.users), text_users_in_data_set=text.all_users, image_users=len(images.users))
+    notes |= dict(image_writers_read=images.all_users, vocabulary_size=text.vocab.size, seeds=params.seed_list)
+    notes |= dict(pretrained_lstm_from_cache={s: p.from_cache for s, p in pre["text"].items()})
+    return notes | rate_notes(params, text, images)
+
+
 def rate_notes(params, text, images) -> dict:
     """What run.json records of the on-device rates and the users they were chosen on."""
     return {

@@ -5,7 +5,8 @@ writers), every method on the same per-user splits.
 - AutLearn: the public pre-trained model; on each device the last layer only trains on that user's
   data (`protocol.PersonalTrainer`), its rate and epochs chosen on the validation users.
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
-  data pooled, to convergence (`cloud_baselines.converge_cloud`); no per-user model.
+  data pooled, to convergence (`cloud_baselines.converge_cloud`), its optimizer (Adam or SGD) and
+  rate chosen on the validation users (`cloud_choice`); no per-user model.
 - CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (rate, epochs chosen again).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
@@ -18,7 +19,8 @@ top-k-eff beside it), means over users with bootstrap intervals and paired compa
 relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model.
 
 Stages (one per notebook section; `run` calls them all, long ones resume): `load`, `pretrain`,
-`choose_rates`, `fedavg_baseline.choose_all`, `text_methods`, `image_methods`, `on_device`, `conclude`.
+`choose_rates`, the baselines' choices (`fedavg_baseline`, `cloud_choice`), `text_methods`,
+`image_methods`, `on_device`, `conclude`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.engine.stage import resumable
-from ondevice.papers.autlearn import cloud_baselines, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.papers.autlearn.cloud_baselines import holdout_loss
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
 from ondevice.report.conclusion import Conclusion, effect_row, wide
@@ -59,10 +62,12 @@ class Params(common.AutLearnParams):
     cloud_init: str = "public"  # public: from the public pre-trained model | scratch: random weights
     text_cloud_epochs: int = 10  # at most: training ends at the plateau below
     text_cloud_batch_size: int = 64
-    text_cloud_learning_rate: float = 0.001  # Adam
+    text_cloud_learning_rate: float = 0.001  # Adam, a candidate beside SGD at the FedAvg grid (`cloud_choice`)
     image_cloud_epochs: int = 15  # at most
     image_cloud_batch_size: int = 32
-    image_cloud_learning_rate: float = 0.0005  # Adam
+    image_cloud_learning_rate: float = 0.0005
+    text_cloud_screen_epochs: int = 0  # every candidate this many epochs, the best on to its plateau (0: none)
+    image_cloud_screen_epochs: int = 0
     # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch and at a rate of the grid x clients a round, the
     # local epochs and the rate chosen on validation users
     fedavg_rounds: int = 120  # at most
@@ -90,11 +95,9 @@ class Params(common.AutLearnParams):
 
     # default: 12 of 137 top-10% Shakespeare roles, 99 of 105 FEMNIST writers (6 of each validate). Caps: CloudTrain
     # 10 / 30 epochs; FedAvg the same in examples at one local epoch (LSTM 10 x 12 / 4 rounds, MobileNet 30 x 99 / 3).
-    # MobileNet (batch norm adapting, `cloud_baselines.every_layer`), centralized SGD from the public model
-    # on 6,000 training images, validation loss after epochs 1/2/3 (2026-12-05): 0.01 2.97, 1.65, 1.13; 0.03 2.60,
-    # 1.57, 2.07; 0.1 2.70, 3.57, 2.04 (statistics fixed: 0.01 sat at the class prior, 3.45-3.44). Its constant-rate
-    # curves swing +-10% between evaluations (`cloud_baselines`), hence its rate cuts and patience. MobileNet's FedAvg
-    # takes 3 clients a round, not 10: a round costs its clients' epochs, and at 10 they step at 10x the grid's rate.
+    # MobileNet: its SGD grid in `cloud_choice`; its constant-rate curves swing +-10% between evaluations, hence
+    # its rate cuts and patience (`cloud_baselines`). Its FedAvg takes 3 clients a round, not 10: a round costs its
+    # clients' epochs, and at 10 they step at 10x the grid's rate.
     PRESETS = common.presets(
         {
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
@@ -103,7 +106,10 @@ class Params(common.AutLearnParams):
             | dict(image_cloud_patience=4),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, text_fedavg_screen_rounds=6)
-            | dict(image_fedavg_screen_rounds=297, image_cloud_patience=6, image_rate_cuts=2),
+            | dict(
+                image_fedavg_screen_rounds=297, image_cloud_patience=6, image_rate_cuts=2, text_cloud_screen_epochs=2
+            )
+            | dict(image_cloud_screen_epochs=9),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=400, fedavg_clients=10)
             | dict(image_fedavg_rounds=360, image_fedavg_clients=30),  # ~30 epochs of examples, ~131 / ~354 clients
         }
@@ -111,20 +117,16 @@ class Params(common.AutLearnParams):
 
     def check(self) -> None:
         super().check()
-        self.require(self.cloud_init in ("public", "scratch"), "cloud_init", "must be 'public' or 'scratch'")
-        self.at_least(1, "text_cloud_epochs", "image_cloud_epochs", "text_cloud_batch_size", "image_cloud_batch_size")
         self.at_least(1, "fedavg_rounds", "fedavg_clients", "seeds")
-        fedavg_baseline.check(self)
+        fedavg_baseline.check(self), cloud_choice.check(self)
         self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "image_cloud_patience")
         self.at_least(0, "fedavg_evaluate_every", "tflite_check_steps", "image_rate_cuts")
         self.at_least(1, "cloud_patience", "validation_users")  # the rule needs held-out users
         self.between("[0, 1)", "stop_min_delta")
-        for name in ("text_cloud_learning_rate", "image_cloud_learning_rate"):
-            self.require(getattr(self, name) > 0, name, "must be positive")
         self.at_least(100, "bootstrap")
 
     def cloud(self, kind: str) -> tuple[float, int, int]:
-        """CloudTrain's (Adam) learning rate, epochs (at most) and batch size for a model kind."""
+        """CloudTrain's Adam rate (`cloud_choice`), epochs (at most) and batch size for a model kind."""
         return tuple(getattr(self, f"{kind}_cloud_{f}") for f in ("learning_rate", "epochs", "batch_size"))
 
     def plateau(self, kind: str = "text") -> Plateau:
@@ -156,19 +158,19 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
     return protocol.tflite_check(params, text.users[0], text.train[text.users[0]], pre["text"][params.seed], log)
 
 
-def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, log=print):
+def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, cloud, log=print):
     """Every method on every user of one kind, for every seed: one row per (seed, user, method)
     with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round);
-    `fedavg`: the kind's `fedavg_baseline.Choice`."""
-    runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, log) for seed in params.seed_list]
+    `fedavg`, `cloud`: the kind's `fedavg_baseline.Choice` and `cloud_choice.CloudChoice`."""
+    runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, cloud, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
 
 @resumable("methods", part=lambda params, kind, data, pre, seed, *args: f"{kind}-seed{seed}")
-def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, log):
+def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, cloud, log):
     rows, history, (model, start) = [], [], (pre.model, pre.weights)
     task, step = protocol.task(params, kind), protocol.PersonalTrainer(params, kind, model)
-    holdout = cloud_baselines.holdout_loss(kind, data.validation)
+    holdout = holdout_loss(kind, data.validation)
 
     def record_(method, users, weights=None, on_device=None):
         for user in users:
@@ -193,9 +195,9 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         unit, ran, end = kept["unit"], len(points) - 1, kept["ended_by"]
         log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
 
-    # CloudTrain: all layers on the pooled training data to the plateau, then CloudCustomize per user
-    begin = start if params.cloud_init == "public" else cloud_baselines.scratch_weights(params, kind, data, seed)
-    curve(CLOUD, cloud_baselines.cloud_train(params, kind, model, begin, data.pooled_train(), holdout, seed, log))
+    # CloudTrain: all layers on the pooled training data to the plateau with the chosen optimizer and rate (the
+    # first seed's is the chosen run itself), then CloudCustomize per user
+    curve(CLOUD, cloud_choice.train(params, kind, data, pre, holdout, seed, cloud, log))
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
     chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
     custom = protocol.PersonalTrainer(chosen, kind, model)
@@ -213,12 +215,12 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     return rows, history
 
 
-def text_methods(params: Params, text: common.TextData, pre, fedavg, log=print):
-    return methods(params, "text", text, pre["text"], fedavg["text"], log)
+def text_methods(params: Params, text: common.TextData, pre, fedavg, cloud, log=print):
+    return methods(params, "text", text, pre["text"], fedavg["text"], cloud["text"], log)
 
 
-def image_methods(params: Params, images: common.ImageData, pre, fedavg, log=print):
-    return methods(params, "image", images, pre["image"], fedavg["image"], log)
+def image_methods(params: Params, images: common.ImageData, pre, fedavg, cloud, log=print):
+    return methods(params, "image", images, pre["image"], fedavg["image"], cloud["image"], log)
 
 
 users_table = pd.DataFrame  # one row per (kind, seed, user, method)
@@ -268,11 +270,8 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     # Shakespeare stands in for DeepType's keyboard logs, but is AutLearn's own data set (LEAF): no stand-in here
     data_summaries = [{**m.summary(), "stand_in_for": None} for m in text.manifests + [images.manifest]]
     data_summaries.append(common.mobilenet_weights(params)[0].summary())
-    notes = dict(text_users=list(text.users), text_users_in_data_set=text.all_users, image_users=len(images.users))
-    notes |= dict(image_writers_read=images.all_users, vocabulary_size=text.vocab.size, seeds=params.seed_list)
-    notes |= dict(pretrained_lstm_from_cache={s: p.from_cache for s, p in pre["text"].items()})
     users_json = {"users.json": {"text": list(text.users), "image": list(images.users)}}
-    notes |= report.rate_notes(params, text, images)
+    notes = report.accuracy_notes(params, text, images, pre)
     return c.result(tables, data_summaries, None, wall_time_s, artifacts=users_json, **notes)
 
 
@@ -287,9 +286,10 @@ def run(params: Params, log=print) -> record.Result:
     pre = pretrain(params, text, images, log)
     params, rates = choose_rates(params, text, images, pre, log)
     fedavg, fedavg_rates = fedavg_baseline.choose_all(params, text, images, pre, log)
-    rates = pd.concat([rates, fedavg_rates], ignore_index=True)
-    rows, history = text_methods(params, text, pre, fedavg, log)
-    more, more_history = image_methods(params, images, pre, fedavg, log)
+    cloud, cloud_rates = cloud_choice.choose_all(params, text, images, pre, log)
+    rates = pd.concat([rates, fedavg_rates, cloud_rates], ignore_index=True)
+    rows, history = text_methods(params, text, pre, fedavg, cloud, log)
+    more, more_history = image_methods(params, images, pre, fedavg, cloud, log)
     check, wall = on_device(params, text, pre, log), time.perf_counter() - start
     return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall)
 
