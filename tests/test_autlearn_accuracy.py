@@ -475,15 +475,16 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
         [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(62, kernel_initializer=init)]
     )
     pre, printed = common.Pretrained(model, model.get_weights(), {}, False), []
-    choice = fedavg_baseline.choose(params, "image", data, pre, printed.append)
-    table, on = choice.table, [line for line in printed if "best screened pair" in line]
-    assert table["kept_round"].max() <= 3 and table["screen rounds"].eq(3).all() and len(table) == 2
+    holdout = cloud_baselines.holdout_loss("image", validation)
+    choice = fedavg_baseline.choose(params, "image", pre, data.train, False, holdout, printed.append)
+    table, on = choice.table, [line for line in printed if "best screened candidate" in line]
+    assert table["kept_step"].max() <= 3 and table["screen"].eq(3).all() and len(table) == 2
+    assert table.clients.eq("users").all() and table.unit.eq("round").all()
     best = table[table.chosen].iloc[0]
-    assert choice.learning_rate == best.learning_rate and len(on) == 1 and f"rate {best.learning_rate}" in on[0]
+    assert choice.learning_rate == best.learning_rate and len(on) == 1 and f"{best.learning_rate}" in on[0]
     assert len(list(tmp_path.glob("autlearn_fedavg-*"))) == 3  # two screens and the winner's whole run
     assert max(p["step"] for p in choice.curve) > 3  # past the screen (the plateau's patience is 20 rounds)
-    assert table["chosen run: kept round"].notna().tolist() == table.chosen.tolist()
-    holdout = cloud_baselines.holdout_loss("image", validation)
+    assert table["chosen run: kept step"].notna().tolist() == table.chosen.tolist()
     quiet = lambda _: None  # noqa: E731
     screened = fedavg_baseline.train(
         params, "image", model, pre.weights, data.train, holdout, 0, 1, best.learning_rate, quiet, 3
@@ -519,7 +520,7 @@ def test_cloudtrain_screens_adam_and_sgd_on_validation_users_and_only_the_best_t
     choice = cloud_choice.choose(params, "image", data, pre, printed.append)
     table = choice.table
     assert table[["optimizer", "learning_rate"]].values.tolist() == [["adam", 0.002], ["sgd", 0.001], ["sgd", 0.05]]
-    assert table.kept_epoch.max() <= 2 and table.screen_epochs.eq(2).all()
+    assert table.kept_step.max() <= 2 and table.screen.eq(2).all() and table.unit.eq("epoch").all()
     best = table[table.chosen].iloc[0]
     assert best["validation holdout loss"] == table["validation holdout loss"].min()
     assert (choice.optimizer, choice.learning_rate) == (best.optimizer, best.learning_rate)
@@ -590,11 +591,11 @@ def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_
     assert cloud_baselines.every_layer(lstm, "text") is lstm
 
 
-def test_the_iid_control_passes_within_its_tolerance_and_says_when_cloudtrain_is_left_behind():
+def test_the_iid_control_passes_within_its_tolerance_and_says_when_centralized_sgd_is_left_behind():
     verdict = fedavg_baseline._verdict
     assert verdict(0.015, 0.02, "plateau").startswith("passes: within 2%")
     assert verdict(-0.094, 0.02, "plateau") == (
-        "passes: IID FedAvg's plateau is -9.4% below CloudTrain's held-out loss, which CloudTrain misses"
+        "passes: IID FedAvg's plateau is -9.4% below centralized SGD's at its rate, which that misses"
     )
     assert verdict(0.064, 0.02, "plateau").startswith("fails: IID FedAvg's plateau is +6.4% above")
     assert verdict(0.064, 0.02, "cap").startswith("fails: the round cap ended")

@@ -33,9 +33,8 @@ import numpy as np
 import pandas as pd
 
 from ondevice.engine.stage import resumable
-from ondevice.papers.autlearn import cloud_baselines, common
+from ondevice.papers.autlearn import cloud_baselines, common, screening
 from ondevice.papers.autlearn.common import MODEL_NAMES
-from ondevice.training import selection
 
 
 class CloudChoice(NamedTuple):
@@ -86,34 +85,21 @@ def choose(params, kind: str, data, pre: common.Pretrained, log=print) -> CloudC
 
 @resumable("cloud_choice", part=lambda params, kind, *args, **kwargs: kind)
 def _choose(params, kind: str, data, pre: common.Pretrained, log=print) -> CloudChoice:
-    holdout, screen, model = cloud_baselines.holdout_loss(kind, data.validation), screen_epochs(params, kind), pre.model
-    start, pooled, runs, rows = start_weights(params, kind, data, pre, params.seed), data.pooled_train(), [], []
+    holdout, model = cloud_baselines.holdout_loss(kind, data.validation), pre.model
+    start, pooled = start_weights(params, kind, data, pre, params.seed), data.pooled_train()
 
     def train(candidate: dict, cap: int) -> list[dict]:
-        setting = (candidate["optimizer"], candidate["learning_rate"], cap)
-        return cloud_baselines.cloud_train(params, kind, model, start, pooled, holdout, params.seed, log, *setting)
+        optimizer, rate = candidate["optimizer"], candidate["learning_rate"]
+        log(f"{MODEL_NAMES[kind]}: CloudTrain by {optimizer} at rate {rate}" + (f", {cap} epochs" if cap else ""))
+        return cloud_baselines.cloud_train(
+            params, kind, model, start, pooled, holdout, params.seed, log, optimizer, rate, cap
+        )
 
-    def score(candidate: dict) -> float:
-        log(f"{MODEL_NAMES[kind]}: CloudTrain candidate {candidate['optimizer']} at rate {candidate['learning_rate']}")
-        curve = train(candidate, screen)
-        kept = next(p for p in curve if p["kept"])
-        runs.append((model.get_weights(), curve))
-        rows.append(dict(kept_epoch=kept["step"], ended_by=kept["ended_by"]))
-        return -kept["holdout_loss"] if np.isfinite(kept["holdout_loss"]) else -np.inf
-
-    best, table = selection.select(candidates(params, kind), score, log)
-    chosen = int(np.flatnonzero(table.chosen.to_numpy())[0])
-    if screen and (rows[chosen]["ended_by"] == "cap" or cloud_baselines.rate_cuts(params, kind).cuts):
-        log(f"{MODEL_NAMES[kind]}: CloudTrain, the best screened candidate ({best}) to its plateau")
-        curve = train(best, 0)
-        runs[chosen] = (model.get_weights(), curve)
-    kept = next(p for p in runs[chosen][1] if p["kept"])
-    table = pd.concat([table, pd.DataFrame(rows)], axis=1).assign(**{"validation holdout loss": -table.score})
-    table = table.drop(columns="score").assign(method="CloudTrain", model=MODEL_NAMES[kind], screen_epochs=screen)
-    table["chosen run: kept epoch"] = np.where(table.chosen, kept["step"], np.nan)
-    table["chosen run: validation holdout loss"] = np.where(table.chosen, kept["holdout_loss"], np.nan)
-    log(f"{MODEL_NAMES[kind]}: CloudTrain by {best['optimizer']} at rate {best['learning_rate']}")
-    return CloudChoice(best["optimizer"], best["learning_rate"], *runs[chosen], table)
+    cuts = bool(cloud_baselines.rate_cuts(params, kind).cuts)
+    s = screening.choose(candidates(params, kind), train, model, screen_epochs(params, kind), cuts, log)
+    log(f"{MODEL_NAMES[kind]}: CloudTrain by {s.best['optimizer']} at rate {s.best['learning_rate']}")
+    table = s.table.assign(method="CloudTrain", model=MODEL_NAMES[kind], clients="pooled")
+    return CloudChoice(s.best["optimizer"], s.best["learning_rate"], s.weights, s.curve, table)
 
 
 def choose_all(params, text, images, pre, log=print) -> tuple[dict[str, CloudChoice], pd.DataFrame]:

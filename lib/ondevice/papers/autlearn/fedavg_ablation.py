@@ -2,11 +2,11 @@
 more than the paper's 1%. FedAvg's clients are the users, each with one role's lines or one
 writer's characters (non-IID data), so each round's local training pulls the model toward a few
 users' data (client drift), which pooled training never sees. The same FedAvg (`fedavg_baseline`:
-rounds, clients per round, the chosen local epochs and client rate, stopping rule, start weights
-and client draws) on *shuffled* clients, as many as the users and each as large as its user's
-training set, filled with samples drawn at random from every user's training data, removes only
-that: the data, its amount and the client sizes stay. Run on the first seed; it is also FedAvg's
-known-answer control (`fedavg_baseline.control_table`).
+rounds, clients per round, stopping rule, start weights and client draws, its local epochs and
+client rate chosen by the same rule on these clients) on *shuffled* clients, as many as the users
+and each as large as its user's training set, filled with samples drawn at random from every user's
+training data, removes only that: the data, its amount and the client sizes stay. Run on the first
+seed; it is also FedAvg's known-answer control (`fedavg_baseline.control_table`).
 
 The rule, fixed before any run: the row "CloudTrain beats FedAvg (<model>)" is explained when, with
 shuffled clients, CloudTrain's advantage agrees with the paper's change (`claims.audit`: the

@@ -18,9 +18,8 @@ Metric: top-1 per user on the user's test part (the LSTM: the next word before a
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons; the paper's
 relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model.
 
-Stages (one per notebook section; `run` calls them all, long ones resume): `load`, `pretrain`,
-`choose_rates`, the baselines' choices (`fedavg_baseline`, `cloud_choice`), `text_methods`,
-`image_methods`, `on_device`, `conclude`.
+Stages (one per notebook section; `run` calls them all, long ones resume): `load`, `pretrain`, `choose_rates`,
+the baselines' choices (`fedavg_baseline`, `cloud_choice`), `text_methods`, `image_methods`, `on_device`, `conclude`.
 """
 
 from __future__ import annotations
@@ -77,7 +76,8 @@ class Params(common.AutLearnParams):
     fedavg_epoch_candidates: tuple[int, ...] = (1, 3)
     text_fedavg_rate_candidates: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
     image_fedavg_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1)
-    image_rate_cuts: int = 0  # MobileNet's CloudTrain and FedAvg: on from each plateau at a fifth of the rate
+    text_rate_cuts: int = 0  # CloudTrain and FedAvg: on from each plateau at a fifth of the rate
+    image_rate_cuts: int = 0
     text_fedavg_screen_rounds: int = 0  # every pair this many rounds, the best on to its plateau (0: none)
     image_fedavg_screen_rounds: int = 0
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
@@ -105,11 +105,10 @@ class Params(common.AutLearnParams):
             | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
             | dict(image_cloud_patience=4),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
-            | dict(image_fedavg_rounds=990, image_fedavg_clients=3, text_fedavg_screen_rounds=6)
-            | dict(
-                image_fedavg_screen_rounds=297, image_cloud_patience=6, image_rate_cuts=2, text_cloud_screen_epochs=2
-            )
-            | dict(image_cloud_screen_epochs=9),
+            | dict(image_fedavg_rounds=990, image_fedavg_clients=3, image_cloud_patience=6)
+            | dict(text_rate_cuts=2, image_rate_cuts=2)
+            | dict(text_fedavg_screen_rounds=6, image_fedavg_screen_rounds=297)
+            | dict(text_cloud_screen_epochs=2, image_cloud_screen_epochs=9),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=400, fedavg_clients=10)
             | dict(image_fedavg_rounds=360, image_fedavg_clients=30),  # ~30 epochs of examples, ~131 / ~354 clients
         }
@@ -118,9 +117,10 @@ class Params(common.AutLearnParams):
     def check(self) -> None:
         super().check()
         self.at_least(1, "fedavg_rounds", "fedavg_clients", "seeds")
-        fedavg_baseline.check(self), cloud_choice.check(self)
+        fedavg_baseline.check(self)
+        cloud_choice.check(self)
         self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "image_cloud_patience")
-        self.at_least(0, "fedavg_evaluate_every", "tflite_check_steps", "image_rate_cuts")
+        self.at_least(0, "fedavg_evaluate_every", "tflite_check_steps", "text_rate_cuts", "image_rate_cuts")
         self.at_least(1, "cloud_patience", "validation_users")  # the rule needs held-out users
         self.between("[0, 1)", "stop_min_delta")
         self.at_least(100, "bootstrap")
@@ -161,7 +161,7 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
 def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, cloud, log=print):
     """Every method on every user of one kind, for every seed: one row per (seed, user, method)
     with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round);
-    `fedavg`, `cloud`: the kind's `fedavg_baseline.Choice` and `cloud_choice.CloudChoice`."""
+    `fedavg`, `cloud`: the kind's `fedavg_baseline.Choice`s (users, shuffled) and `cloud_choice.CloudChoice`."""
     runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, cloud, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
@@ -195,8 +195,7 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         unit, ran, end = kept["unit"], len(points) - 1, kept["ended_by"]
         log(f"{MODELS[kind]} seed {seed}: {method} keeps {unit} {kept['step']} of {ran}, ended by the {end}")
 
-    # CloudTrain: all layers on the pooled training data to the plateau with the chosen optimizer and rate (the
-    # first seed's is the chosen run itself), then CloudCustomize per user
+    # CloudTrain, all layers, with the chosen optimizer and rate (the first seed's: the chosen run), then CloudCustomize
     curve(CLOUD, cloud_choice.train(params, kind, data, pre, holdout, seed, cloud, log))
     cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
     chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
@@ -205,12 +204,14 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         record_(CLOUD, [user], cloud_weights)
         record_(CUSTOM, [user], cloud_weights, custom)
     # FedAvg: from the public model, the users as clients, to the plateau, with the chosen setting (the
-    # first seed's is the chosen run itself); the first seed also on shuffled clients (the IID control)
+    # first seed's is the chosen run itself); the first seed also on shuffled clients with theirs (the IID control)
     for method, client_data in fedavg_ablation.client_sets(FED, kind, data, seed, ablate=seed == params.seed).items():
-        reuse = method == FED and seed == params.seed
-        points = fedavg_baseline.federate(params, kind, model, start, client_data, holdout, seed, fedavg, reuse, log)
+        choice, reuse = fedavg[method == fedavg_ablation.SHUFFLED], seed == params.seed
+        points = fedavg_baseline.federate(params, kind, model, start, client_data, holdout, seed, choice, reuse, log)
         curve(method, points)
         record_(method, data.users)
+    if seed == params.seed:  # the IID control's known answer: centralized SGD at IID FedAvg's rate
+        curve(fedavg_baseline.MATCHED, fedavg_baseline.matched_cloud(params, kind, data, pre, fedavg[True], cloud, log))
     log(f"{MODELS[kind]} seed {seed}: CloudTrain, CloudCustomize and FedAvg scored")
     return rows, history
 
