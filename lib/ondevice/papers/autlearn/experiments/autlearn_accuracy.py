@@ -95,8 +95,8 @@ class Params(common.AutLearnParams):
 
     # default: 12 of 137 top-10% Shakespeare roles, 99 of 105 FEMNIST writers (6 of each validate). Caps: CloudTrain
     # 10 / 30 epochs; FedAvg the same in examples at one local epoch (LSTM 10 x 12 / 4 rounds, MobileNet 30 x 99 / 3).
-    # MobileNet: its SGD grid in `cloud_choice`; its constant-rate curves swing +-10% between evaluations, hence
-    # its rate cuts and patience (`cloud_baselines`). Its FedAvg takes 3 clients a round, not 10: a round costs its
+    # MobileNet: its SGD grid in `cloud_choice`; its constant-rate curves swing +-10% between evaluations, hence its
+    # patience; both models' rate cuts: `cloud_baselines`. Its FedAvg takes 3 clients a round, not 10: a round costs its
     # clients' epochs, and at 10 they step at 10x the grid's rate.
     PRESETS = common.presets(
         {
@@ -110,7 +110,7 @@ class Params(common.AutLearnParams):
             | dict(text_fedavg_screen_rounds=6, image_fedavg_screen_rounds=297)
             | dict(text_cloud_screen_epochs=2, image_cloud_screen_epochs=9),
             "paper": dict(seeds=3, text_cloud_epochs=30, image_cloud_epochs=30, fedavg_rounds=400, fedavg_clients=10)
-            | dict(image_fedavg_rounds=360, image_fedavg_clients=30),  # ~30 epochs of examples, ~131 / ~354 clients
+            | dict(image_fedavg_rounds=360, image_fedavg_clients=30, text_rate_cuts=2, image_rate_cuts=2),  # ~30 epochs
         }
     )
 
