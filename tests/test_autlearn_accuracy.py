@@ -600,3 +600,25 @@ def test_the_iid_control_passes_within_its_tolerance_and_says_when_centralized_s
     assert verdict(0.064, 0.02, "plateau").startswith("fails: IID FedAvg's plateau is +6.4% above")
     assert verdict(0.064, 0.02, "cap").startswith("fails: the round cap ended")
     assert verdict(float("nan"), 0.02, "plateau").startswith("fails")
+
+
+def test_the_iid_control_is_judged_against_centralized_sgd_at_fedavgs_rate_with_cloudtrain_beside_it():
+    """The known answer is centralized SGD at IID FedAvg's rate (`fedavg_baseline.MATCHED`), not the
+    chosen CloudTrain, whose gap is shown beside it; seeds without shuffled clients have no row."""
+
+    def curve(method, seed, losses):
+        return [
+            dict(model="LSTM", seed=seed, method=method, step=i, holdout_loss=v, examples_seen=i, epochs_seen=i)
+            | dict(unit="epoch", cap=9, ended_by="plateau", kept=v == min(losses))
+            for i, v in enumerate(losses)
+        ]
+
+    history = curve(exp.CLOUD, 0, [3.0, 2.9]) + curve(fedavg_baseline.MATCHED, 0, [3.1, 3.0])
+    history += curve(exp.fedavg_ablation.SHUFFLED, 0, [3.2, 3.03]) + curve(exp.FED, 0, [3.3, 3.1])
+    history += curve(exp.CLOUD, 1, [3.0, 2.95]) + curve(exp.FED, 1, [3.3, 3.2])
+    table = fedavg_baseline.control_table(history, 0.02, exp.CLOUD, exp.FED)
+    assert len(table) == 1 and table.seed.iloc[0] == 0
+    row = table.iloc[0]
+    assert row.centralized_loss == 3.0 and row.relative_gap == pytest.approx(0.01) and row.verdict.startswith("passes")
+    assert row.cloudtrain_loss == 2.9 and row.gap_to_cloudtrain == pytest.approx(3.03 / 2.9 - 1)
+    assert row.users_fedavg_loss == 3.1

@@ -59,7 +59,6 @@ from ondevice.training.many_users import ManyUsers
 from ondevice.training.rate_cuts import RateCuts, with_cuts
 from ondevice.training.trainer import Trainer
 
-SECTION = "FedAvg's known answer: IID clients reach CloudTrain's held-out loss"
 CLIENTS = {False: "users", True: "shuffled (IID)"}  # the client sets a setting is chosen on
 MATCHED = "CloudTrain by SGD at IID FedAvg's rate (control)"  # the known answer's centralized run
 
@@ -206,12 +205,11 @@ def matched_cloud(params, kind: str, data, pre: common.Pretrained, iid: Choice, 
     its cuts; the chosen CloudTrain's run itself when that is SGD at the same rate."""
     if (cloud.optimizer, cloud.learning_rate) == ("sgd", iid.learning_rate):
         return cloud.curve
-    holdout, start = (
-        cloud_baselines.holdout_loss(kind, data.validation),
-        cloud_choice.start_weights(params, kind, data, pre, params.seed),
+    holdout = cloud_baselines.holdout_loss(kind, data.validation)
+    start, pooled = cloud_choice.start_weights(params, kind, data, pre, params.seed), data.pooled_train()
+    return cloud_baselines.cloud_train(
+        params, kind, pre.model, start, pooled, holdout, params.seed, log, "sgd", iid.learning_rate
     )
-    pooled, setting = data.pooled_train(), ("sgd", iid.learning_rate)
-    return cloud_baselines.cloud_train(params, kind, pre.model, start, pooled, holdout, params.seed, log, *setting)
 
 
 def control_table(history: list[dict], tolerance: float, cloud: str, fedavg: str) -> pd.DataFrame:
@@ -230,12 +228,8 @@ def control_table(history: list[dict], tolerance: float, cloud: str, fedavg: str
         row |= dict(iid_fedavg_loss=s.kept_holdout_loss, iid_kept_round=s.kept, iid_ended_by=s.ended_by)
         row |= dict(iid_epochs_seen=s.kept_epochs_seen, relative_gap=gap, tolerance=tolerance)
         row |= dict(verdict=_verdict(gap, tolerance, s.ended_by), cloudtrain_loss=c.kept_holdout_loss)
-        rows.append(
-            row
-            | dict(
-                gap_to_cloudtrain=s.kept_holdout_loss / c.kept_holdout_loss - 1, users_fedavg_loss=f.kept_holdout_loss
-            )
-        )
+        row |= dict(gap_to_cloudtrain=s.kept_holdout_loss / c.kept_holdout_loss - 1)
+        rows.append(row | dict(users_fedavg_loss=f.kept_holdout_loss))
     return pd.DataFrame(rows)
 
 
