@@ -11,7 +11,7 @@ seed; it is also FedAvg's known-answer control (`fedavg_baseline.control_table`)
 The rule, fixed before any run: the row "CloudTrain beats FedAvg (<model>)" is explained when, with
 shuffled clients, CloudTrain's advantage agrees with the paper's change (`claims.audit`: the
 interval contains it, or it is within 3x and of its sign), and the model's control passes (a
-FedAvg that cannot reach CloudTrain on IID clients says nothing about non-IID ones); otherwise the
+FedAvg that cannot reach centralized SGD at its rate on IID clients says nothing about non-IID ones); otherwise the
 row stays unexplained and the table shows what shuffling changed.
 """
 
