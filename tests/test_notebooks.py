@@ -234,6 +234,7 @@ def autlearn_accuracy_sanity(out: Path) -> None:
     assert np.allclose(numbers[reference].ours, 1.0) and (numbers.ours >= 0).all()
     assert len(pd.read_csv(out / "tables" / "effects.csv")) == 10
     _rates_chosen_on_validation_users(out, users)
+    _customize_step_chosen_once(out, users)
     check = pd.read_csv(out / "tables" / "tflite_check.csv")
     assert len(check) >= 1 and check.abs_difference.max() < 1e-4 and check.max_output_difference_after.max() < 1e-3
 
@@ -255,6 +256,20 @@ def _rates_chosen_on_validation_users(out: Path, users: pd.DataFrame) -> None:
         and validation["image"]
         and not set(validation["text"] + validation["image"]) & set(users.user)
     )
+
+
+def _customize_step_chosen_once(out: Path, users: pd.DataFrame) -> None:
+    """CloudCustomize's rate and epochs: one pair per model, chosen on the CloudTrain that pools the validation
+    users (its curve ends at a kept epoch), and every CloudCustomize user of every seed trained with it."""
+    rates = pd.read_csv(out / "tables" / "rate_selection.csv").query('method == "CloudCustomize\'s on-device step"')
+    curves = pd.read_csv(out / "tables" / "customize_choice_training.csv")
+    assert set(curves[curves.kept].model) == {"LSTM", "MobileNet"} and curves.kept.sum() == 2
+    custom = users[users.method == "CloudCustomize"]
+    for model, rows in custom.groupby("model"):
+        chosen = rates[(rates.model == model) & rates.chosen]
+        assert len(chosen) == 1 and chosen.start_kept_epoch.iloc[0] >= 0
+        assert set(rows.on_device_rate) == {chosen.learning_rate.iloc[0]}
+        assert set(rows.on_device_epochs) == {chosen.epochs.iloc[0]}
 
 
 def autlearn_augment_online_sanity(out: Path) -> None:

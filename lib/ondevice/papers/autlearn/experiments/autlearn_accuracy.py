@@ -7,7 +7,7 @@ writers), every method on the same per-user splits.
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`cloud_baselines.converge_cloud`), its optimizer (Adam or SGD) and
   rate chosen on the validation users (`cloud_choice`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user (rate, epochs chosen again).
+- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user, chosen by `customize_choice`.
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
   validation users, and its known-answer control on IID clients); and the public model itself.
@@ -18,8 +18,8 @@ Metric: top-1 per user on the user's test part (the LSTM: the next word before a
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons; the paper's
 relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model.
 
-Stages (one per notebook section; `run` calls them all, long ones resume): `load`, `pretrain`, `choose_rates`,
-the baselines' choices (`fedavg_baseline`, `cloud_choice`), `text_methods`, `image_methods`, `on_device`, `conclude`.
+Stages (`run` calls them all, long ones resume): `load`, `pretrain`, `choose_rates`, the choices (`fedavg_baseline`,
+`cloud_choice`, `customize_choice`), `text_methods`, `image_methods`, `on_device`, `conclude`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ondevice import streams
 from ondevice.engine.stage import resumable
 from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
 from ondevice.papers.autlearn.cloud_baselines import holdout_loss
+from ondevice.papers.autlearn.customize_choice import choose_all as choose_customize
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
 from ondevice.report.conclusion import Conclusion, effect_row, wide
@@ -44,8 +45,7 @@ PRE, AUT, CLOUD, CUSTOM, FED = "pre-trained (public only)", "AutLearn", "CloudTr
 METHODS = (PRE, AUT, CLOUD, CUSTOM, FED)
 MODELS = common.MODEL_NAMES
 KIND_OF = {model: kind for kind, model in MODELS.items()}
-PAPER = facts.paper(NAME)  # quantities "<model>: <method> top-1 / CloudTrain top-1"
-# "CloudCustomize gets the highest accuracy on both models": an ordering without numbers.
+PAPER = facts.paper(NAME)  # quantities "<model>: <method> top-1 / CloudTrain top-1"; CloudCustomize best: no number
 ORDERINGS = [(f"CloudCustomize beats {o} ({m})", k, CUSTOM, o) for k, m in MODELS.items() for o in (AUT, CLOUD, FED)]
 
 
@@ -158,16 +158,16 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
     return protocol.tflite_check(params, text.users[0], text.train[text.users[0]], pre["text"][params.seed], log)
 
 
-def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, cloud, log=print):
-    """Every method on every user of one kind, for every seed: one row per (seed, user, method)
-    with its scores, and the convergence curves of CloudTrain and FedAvg (a row per epoch/round);
-    `fedavg`, `cloud`: the kind's `fedavg_baseline.Choice`s (users, shuffled) and `cloud_choice.CloudChoice`."""
-    runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, cloud, log) for seed in params.seed_list]
+def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, cloud, custom, log=print):
+    """Every method on every user of one kind, for every seed: one row per (seed, user, method) with its scores,
+    and the convergence curves of CloudTrain and FedAvg (a row per epoch/round); `fedavg`, `cloud`, `custom`: the
+    kind's `fedavg_baseline.Choice`s (users, shuffled), `cloud_choice.CloudChoice` and CloudCustomize's step."""
+    runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, cloud, custom, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
 
 @resumable("methods", part=lambda params, kind, data, pre, seed, *args: f"{kind}-seed{seed}")
-def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, cloud, log):
+def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int, fedavg, cloud, custom, log):
     rows, history, (model, start) = [], [], (pre.model, pre.weights)
     task, step = protocol.task(params, kind), protocol.PersonalTrainer(params, kind, model)
     holdout = holdout_loss(kind, data.validation)
@@ -197,12 +197,10 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
 
     # CloudTrain, all layers, with the chosen optimizer and rate (the first seed's: the chosen run), then CloudCustomize
     curve(CLOUD, cloud_choice.train(params, kind, data, pre, holdout, seed, cloud, log))
-    cloud_weights = model.get_weights()  # CloudCustomize's on-device rate: chosen again from this start
-    chosen = protocol.choose_step(params, kind, data, common.Pretrained(model, cloud_weights, {}, False), log)[0]
-    custom = protocol.PersonalTrainer(chosen, kind, model)
+    cloud_weights, custom_step = model.get_weights(), protocol.PersonalTrainer(custom, kind, model)
     for user in data.users:
         record_(CLOUD, [user], cloud_weights)
-        record_(CUSTOM, [user], cloud_weights, custom)
+        record_(CUSTOM, [user], cloud_weights, custom_step)
     # FedAvg: from the public model, the users as clients, to the plateau, with the chosen setting (the
     # first seed's is the chosen run itself); the first seed also on shuffled clients with theirs (the IID control)
     for method, client_data in fedavg_ablation.client_sets(FED, kind, data, seed, ablate=seed == params.seed).items():
@@ -216,12 +214,12 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
     return rows, history
 
 
-def text_methods(params: Params, text: common.TextData, pre, fedavg, cloud, log=print):
-    return methods(params, "text", text, pre["text"], fedavg["text"], cloud["text"], log)
+def text_methods(params: Params, text: common.TextData, pre, fedavg, cloud, custom, log=print):
+    return methods(params, "text", text, pre["text"], fedavg["text"], cloud["text"], custom["text"], log)
 
 
-def image_methods(params: Params, images: common.ImageData, pre, fedavg, cloud, log=print):
-    return methods(params, "image", images, pre["image"], fedavg["image"], cloud["image"], log)
+def image_methods(params: Params, images: common.ImageData, pre, fedavg, cloud, custom, log=print):
+    return methods(params, "image", images, pre["image"], fedavg["image"], cloud["image"], custom["image"], log)
 
 
 users_table = pd.DataFrame  # one row per (kind, seed, user, method)
@@ -235,7 +233,7 @@ def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
     return report.accuracy_summary(users, METHODS, streams.rng(params.seed, "bootstrap/summary"), params.bootstrap)
 
 
-def conclude(params: Params, text, images, pre, rows, history, rates, tflite_check, wall_time_s) -> record.Result:
+def conclude(params: Params, text, images, pre, rows, history, rates, tflite_check, wall_time_s, custom_curves=()):
     """Tables, the paper's relative numbers beside ours, and paired three-way verdicts."""
     users, rng = users_table(rows), streams.rng(params.seed, "bootstrap")
     means = {(MODELS[k], m): _matrix(users, k, m).mean(axis=1) for k in MODELS for m in METHODS}  # per seed
@@ -266,6 +264,7 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "rate_selection": rates,
         "fedavg_ablation": ablation,
         "fedavg_control": control,
+        "customize_choice_training": pd.DataFrame(custom_curves),  # the CloudTrain CloudCustomize's step is chosen on
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
     # Shakespeare stands in for DeepType's keyboard logs, but is AutLearn's own data set (LEAF): no stand-in here
@@ -288,11 +287,12 @@ def run(params: Params, log=print) -> record.Result:
     params, rates = choose_rates(params, text, images, pre, log)
     fedavg, fedavg_rates = fedavg_baseline.choose_all(params, text, images, pre, log)
     cloud, cloud_rates = cloud_choice.choose_all(params, text, images, pre, log)
-    rates = pd.concat([rates, fedavg_rates, cloud_rates], ignore_index=True)
-    rows, history = text_methods(params, text, pre, fedavg, cloud, log)
-    more, more_history = image_methods(params, images, pre, fedavg, cloud, log)
+    custom, custom_rates, custom_curves = choose_customize(params, text, images, pre, cloud, log)
+    rates = pd.concat([rates, fedavg_rates, cloud_rates, custom_rates], ignore_index=True)
+    rows, history = text_methods(params, text, pre, fedavg, cloud, custom, log)
+    more, more_history = image_methods(params, images, pre, fedavg, cloud, custom, log)
     check, wall = on_device(params, text, pre, log), time.perf_counter() - start
-    return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall)
+    return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall, custom_curves)
 
 
 def plot_methods(users: pd.DataFrame):
