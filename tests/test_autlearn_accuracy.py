@@ -9,7 +9,7 @@ import tf_keras as keras
 from numerics import assert_same_update, float32_sum_tolerance, lstm_terms, update_tolerance
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
 from ondevice.models import lstm_lm
-from ondevice.papers.autlearn import cloud_baselines, cloud_choice, common, fedavg_baseline, protocol
+from ondevice.papers.autlearn import cloud_baselines, cloud_choice, common, customize_choice, fedavg_baseline, protocol
 from ondevice.papers.autlearn.experiments import autlearn_accuracy as exp
 from ondevice.papers.autlearn.techniques.fedavg import average, clients_alone, clients_together, fedavg
 from ondevice.params import ParameterError
@@ -337,6 +337,13 @@ def test_holdout_loss_is_the_per_position_loss_over_both_parts_of_the_validation
     terms = lstm_terms(int(pooled.lengths.max()), 4, 4, layers=1) + 5 + vocab.size + int((pooled.labels != 0).sum())
     expected = np.log(NextWordTask().evaluate(model, pooled)["perplexity"])
     assert loss == pytest.approx(expected, rel=float32_sum_tolerance(terms, 1.0))
+    # CloudCustomize's choice stops on the test parts alone (its CloudTrain pools the training parts)
+    later = customize_choice.later_parts_loss("text", validation)(model)["holdout_loss"]
+    pooled = build_samples(sents[2] + sents[2], vocab, 2)
+    assert later == pytest.approx(
+        np.log(NextWordTask().evaluate(model, pooled)["perplexity"]), rel=float32_sum_tolerance(terms, 1.0)
+    )
+    assert abs(later - loss) > float32_sum_tolerance(terms, 1.0) * loss  # the training parts would move it
     with pytest.raises(ValueError, match="validation users"):
         cloud_baselines.holdout_loss("text", common.Validation((), {}, {}))
 

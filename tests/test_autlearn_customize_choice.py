@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
-from numerics import float32_sum_tolerance, lstm_terms
 from ondevice.data import femnist
 from ondevice.data.typing_samples import Vocabulary, build_samples, sentences
-from ondevice.models import lstm_lm
 from ondevice.papers.autlearn import common, customize_choice
-from ondevice.tasks.next_word import NextWordTask
 
 
 def _images(n: int, first: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,17 +65,3 @@ def test_the_choice_stops_on_the_validation_users_test_parts_alone():
         np.concatenate([p[i] for p in (data.validation.train["v1"], data.validation.test["v1"])]) for i in (0, 1)
     )
     assert abs(loss - common.image_task().evaluate(model, both)["loss"]) > 1e-3  # the training part would change it
-
-
-def test_the_text_choice_stops_on_the_per_position_loss_of_the_test_parts():
-    text = ["the king is here. the queen is there.", "a king and a queen! where is the king?", "here is a fool."]
-    parts = [sentences(t) for t in text]
-    vocab = Vocabulary.from_sentences([s for part in parts for s in part], 12)
-    samples = [build_samples(part, vocab, 2) for part in parts]
-    validation = common.Validation(("a", "b"), {"a": samples[0], "b": samples[0]}, {"a": samples[1], "b": samples[2]})
-    model = lstm_lm.build(lstm_lm.LSTMConfig(vocab.input_size, vocab.size, 4, 4, 1), seed=0)
-    loss = customize_choice.later_parts_loss("text", validation)(model)["holdout_loss"]
-    pooled = build_samples(parts[1] + parts[2], vocab, 2)
-    terms = lstm_terms(int(pooled.lengths.max()), 4, 4, layers=1) + 5 + vocab.size + int((pooled.labels != 0).sum())
-    expected = np.log(NextWordTask().evaluate(model, pooled)["perplexity"])
-    assert loss == pytest.approx(expected, rel=float32_sum_tolerance(terms, 1.0))
