@@ -30,15 +30,24 @@ help: ## list the targets
 	@echo "  ENGINE=sequential|dask  WORKERS=N  CLUSTER=tcp://host:8786 (where fan-out jobs run; lib/ondevice/engine)"
 	@echo "  AT_ONCE=N (notebooks run at a time; 2 on 2+ CPUs; timed notebooks always run alone)"
 
+# A Ctrl-C mid-install can leave a package's metadata without its files, which pip then calls
+# satisfied: .installed is written only once tools/venv_check.py has found every pin of the lock
+# whole (its RECORD's files, pip check, imports, the kernel), reinstalling those that were not.
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	rm -f $@
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip --version >/dev/null 2>&1 || { echo "[setup] $(VENV) has no working pip (an interrupted creation?): creating it again"; $(PYTHON) -m venv --clear $(VENV); }
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.lock
+	$(PY) tools/venv_check.py --venv $(VENV) --mend
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (ondevice)" >/dev/null
+	$(PY) tools/venv_check.py --venv $(VENV) --fast --kernel $(KERNEL)
 	touch $@
 
+# .installed is not trusted blindly: the lock's files are checked each time (under a second).
 setup: $(VENV)/.installed ## create .venv from the lock, install lib/ editable, register the Jupyter kernel
+	@$(PY) tools/venv_check.py --venv $(VENV) --fast --mend
 
 data: setup apt-lists ## fetch and verify the data sets that SCALE needs (REFETCH=1 fetches again)
 	$(PY) -m ondevice.data --scale $(SCALE) $(if $(REFETCH),--refetch)
