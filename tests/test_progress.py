@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -255,3 +256,18 @@ def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_p
         "autlearn_accuracy": []
     }
     assert "not counting" not in Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={}).plan()[0]
+
+
+def test_a_notebook_this_run_left_failed_is_counted_as_failed_not_done(tmp_path):
+    """The runner marks a failure by results/<scale>/<name>.failed/; one left by an earlier run
+    (older than this run) does not make a skipped notebook failed."""
+    (tmp_path / "timings.csv").write_text(REAL)
+    progress = Progress(tmp_path, [], ["autlearn_accuracy", "deeptype_online_latency"], at_once=1)
+    for name, when in (("autlearn_accuracy", progress.began_at + 5), ("deeptype_online_latency", 0)):
+        (tmp_path / f"{name}.failed").mkdir()
+        (tmp_path / f"{name}.failed" / "run.json").write_text("{}")
+        os.utime(tmp_path / f"{name}.failed" / "run.json", (when, when))
+    progress.finished("autlearn_accuracy")
+    assert "[progress] 0/2 notebooks done, 1 failed, " in progress.line()
+    progress.finished("deeptype_online_latency")  # skipped, beside an earlier run's failure
+    assert "[progress] 1/2 notebooks done, 1 failed, " in progress.line()

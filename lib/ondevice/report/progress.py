@@ -219,8 +219,10 @@ class Progress:
         self.models = recorded_models(scale_dir)
         self.cached = in_cache
         self.done: set[str] = set()
+        self.failed: set[str] = set()  # ended without a result: in `done`, counted apart
         self.ran: dict[str, dict[Cell, float]] = {}  # notebook this run completed -> its cells' seconds
         self.began = clock()
+        self.began_at = time.time()  # wall clock, for the files this run writes
 
     def plan(self) -> list[str]:
         """Before the run: each notebook's recorded time ("no record" when it has none) and the total."""
@@ -244,8 +246,15 @@ class Progress:
         return [*lines, f"[progress] plan: about {_minutes(total)} in all from {source}" + _unknown(unknown)]
 
     def finished(self, name: str, ran: bool = False) -> None:
-        """`name` ended; with `ran`, this run completed it, and its cells' times set the pace."""
+        """`name` ended; with `ran`, this run completed it, and its cells' times set the pace. One
+        that this run left as failed (results/<scale>/<name>.failed/, written since the run began:
+        the runner's mark) is counted as failed, not done."""
         self.done.add(name)
+        try:
+            if not ran and (self.scale_dir / f"{name}.failed" / "run.json").stat().st_mtime >= self.began_at:
+                self.failed.add(name)
+        except OSError:
+            pass
         done = cells_done(self.scale_dir / name / f"{name}.ipynb") if ran else None
         if done is not None:
             self.ran[name] = done[0]
@@ -280,7 +289,9 @@ class Progress:
                     f"{name} ~{_minutes(left[name])} left{of}" if left[name] > 0 else f"{name} past its recorded time"
                 )
         n = len(self.together) + len(self.alone)
-        text = f"[progress] {len(self.done)}/{n} notebooks done, {_minutes(self.clock() - self.began)} elapsed"
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        text = f"[progress] {len(self.done - self.failed)}/{n} notebooks done{failed}, "
+        text += f"{_minutes(self.clock() - self.began)} elapsed"
         text += f"; running: {', '.join(parts)}" if parts else ""
         total, unknown = self._total(left)
         if left and unknown == len(left):
