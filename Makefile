@@ -60,7 +60,7 @@ RUNNER = $(PY) -m ondevice.report.runner --scale $(SCALE) $(if $(NOTEBOOK),--not
 reproduce: data ## run every notebook (or NOTEBOOK=name) at SCALE into results/SCALE/; numbers beside the published ones
 	$(RUNNER)
 
-verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance
+verify: data ## as reproduce, but exit 3 when a headline number is outside the published tolerance, 4 when a result is stale
 	$(RUNNER) --verify
 
 # Both cores: tests spread over TEST_WORKERS processes; a notebook's tests stay on one worker (tests/conftest.py).

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from PIL import Image, ImageDraw, ImageStat
 
-from ondevice.report import publish
+from ondevice.report import judge, publish
 from ondevice.report.claims import percent
 from ondevice.report.pages import render
 from ondevice.report.pages.cells import DASH, counts, diagnosis, ratio, short_citation
@@ -175,10 +175,16 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
         if row.get("ci low"):
             assert cells[6].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
         assert cells[7] == counts(row) and cells[7] != DASH, "the counts column never reads '-'"
-        assert cells[8] == (row.get("verdict") or "-") and _unlinked(cells[9]).startswith(diagnosis(row))
+        judged = _judged(name, row)  # the verdict is judged at publish, from the interval, not read from the row
+        assert cells[8] == judged.verdict and _unlinked(cells[9]).startswith(diagnosis(row, judged))
         assert cells[10].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
         assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != DASH
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
+
+
+def _judged(name: str, row: dict) -> judge.Judged:
+    run = json.loads((COMMITTED / name / "run.json").read_text())
+    return judge.judge(row, run.get("experiment") or name, run.get("headline"))
 
 
 def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_are_current(committed_site):
@@ -189,8 +195,9 @@ def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_ar
         lines = page.splitlines()
         for r in e.rows:
             cells = next(c for c in map(_cells, lines) if c and c[0] == r["effect"])
-            assert cells[3] == ratio(r) and cells[5] == counts(r)
-            assert _unlinked(cells[7]).startswith(diagnosis(r))
+            judged = _judged(e.name, r)
+            assert cells[3] == ratio(judged) and cells[5] == counts(r)
+            assert _unlinked(cells[7]).startswith(diagnosis(r, judged))
         for name in e.run.get("headline") or {}:
             assert any(c and c[0] == name for c in map(_cells, lines)), f"{e.slug}: headline {name!r} not on its page"
         for fig in (COMMITTED / e.slug / "figures").glob("*.png"):
@@ -205,8 +212,9 @@ def test_every_committed_result_gets_a_generated_page_and_the_committed_pages_ar
 
 def _unlinked(cell: str) -> str:
     """A diagnosis cell without its link to the notebook section: 'differs, explained by [text](nb#anchor)'
-    reads 'differs, explained by text' (the link target must be a notebook heading's anchor)."""
-    m = re.fullmatch(r"(.*?)\[(.*)\]\(([^()\s]+\.ipynb#[^()\s]+)\)", cell)
+    reads 'differs, explained by text' (the link target must be a notebook heading's anchor), without the
+    other reading of its unit that may follow."""
+    m = re.fullmatch(r"(.*?)\[(.*)\]\(([^()\s]+\.ipynb#[^()\s]+)\)( \(read as .*\))?", cell)
     return m.group(1) + m.group(2) if m else cell
 
 
@@ -393,15 +401,23 @@ def test_citation_and_claims_come_from_the_facts_file_and_short_citations_keep_p
     assert short_citation("Xu et al., DeepType, IMWUT 2018, Table 1") == "Xu et al., DeepType, IMWUT 2018"
 
 
-def test_the_summary_diagnosis_is_the_audit_rule_of_claims():
+def test_the_summary_diagnosis_is_the_judged_audit():
     row = {"paper change": "0.1", "our change": "0.4", "ci low": "0.35", "ci high": "0.45", "diagnosis": ""}
-    assert diagnosis(row) == "unexplained"
+
+    def text(r):
+        return diagnosis(r, judge.judge(r, "no_such_experiment"))
+
+    assert text(row) == "unexplained"
     # a diagnosis explains only when its kind names a cause outside our implementation; open (or no
-    # kind, as in tables from before the kinds) is ours to fix and says so
-    assert diagnosis({**row, "diagnosis": "tiny users", "diagnosis kind": "data"}) == "differs, explained by tiny users"
-    assert diagnosis({**row, "diagnosis": "kept epoch 0", "diagnosis kind": "open"}) == "differs, open: kept epoch 0"
-    assert diagnosis({**row, "diagnosis": "tiny users"}) == "differs, open: tiny users"
-    assert diagnosis({**row, "our change": "0.2", "ci low": "0.15", "ci high": "0.25"}) == "agrees within 3x"
+    # kind recorded, as in a table from before kinds) reads as ours to fix
+    assert text({**row, "diagnosis": "tiny users", "diagnosis kind": "data"}) == "differs, explained by tiny users"
+    assert text({**row, "diagnosis": "kept epoch 0", "diagnosis kind": "open"}) == "differs, open: kept epoch 0"
+    assert text({**row, "diagnosis": "tiny users"}) == "differs, open: tiny users"
+    assert text({**row, "our change": "0.2", "ci low": "0.15", "ci high": "0.25"}) == "agrees within 3x"
+    # within noise never agrees in size: the ratio and "within 3x" need an interval off zero
+    noisy = {**row, "our change": "0.2", "ci low": "-0.01", "ci high": "0.09"}
+    assert text(noisy) == "unexplained" and ratio(judge.judge(noisy, "x")) == DASH
+    assert text({**row, "ci low": "-0.1"}) == judge.INCONCLUSIVE
 
 
 def test_an_explained_row_links_its_diagnosis_to_the_notebook_section_that_measures_it(tmp_path):
@@ -445,7 +461,7 @@ def test_an_explained_row_links_its_diagnosis_to_the_notebook_section_that_measu
     assert cells["gone"][9] == "differs, open: a lost section (its section 'Nowhere' is not a heading of the notebook)"
     assert cells["bare"][9] == "differs, open: no section given"
     assert cells["timed"][9] == "unexplained" and cells["timed"][7] == "4 users x 5 repeats x 1 seed"
-    assert [r[8] for r in cells.values()] == ["-"] * 4  # no verdict recorded: the diagnosis does not invent one
+    assert [r[8] for r in cells.values()] == ["holds"] * 4  # no verdict recorded: judged at publish from the interval
     page = (exp / "README.md").read_text()
     assert f"](omega.ipynb#{anchor})" in page and '- reference: Jo Doe, "Omega", Venue 2021' in page
     html = (site / "omega" / "index.html").read_text()

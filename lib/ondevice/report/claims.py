@@ -90,7 +90,8 @@ def agrees_in_size(paper: float, ours: float) -> bool:
 
 
 def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str:
-    """The audit rule, applied to every effect row: does our change tell the paper's story?
+    """The audit rule as a notebook applies it, to decide which rows it measures a diagnosis for:
+    does our change tell the paper's story? (The pages judge the stored rows by `judge.audit`.)
 
     A row differs when our interval excludes the paper's change and ours is more than 3x or less
     than a third of it, or of the other sign; for a paper change near zero (within NEAR_ZERO) a
@@ -112,45 +113,6 @@ def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str
         return f"agrees within {FACTOR:g}x"
     explained = " ".join(str(diagnosis or "").split())
     return f"differs, explained by {explained}" if explained else "unexplained"
-
-
-def _cell(row: dict, key: str) -> str:
-    value = row.get(key)
-    return value.strip() if isinstance(value, str) else ""  # a CSV's empty cell may read as NaN
-
-
-def flagged_kind(row: dict) -> str | None:
-    """Where the cause of an effects row lies when the audit flags it (interval excludes the paper's
-    change, >3x off or of the other sign): its diagnosis kind (open when it names none), or
-    "unexplained" without a diagnosis; None for a row the audit does not flag."""
-    cells = (row.get("paper change"), row.get("our change"), row.get("ci low"), row.get("ci high"))
-    if not audit(*cells, "flagged?").startswith("differs"):
-        return None
-    if not _cell(row, "diagnosis"):
-        return "unexplained"
-    return _cell(row, "diagnosis kind") or Kind.OPEN.value
-
-
-def kind_counts(rows) -> dict[str, int]:
-    """SUMMARY.md's count of flagged effect rows by where their cause lies (`flagged_kind`), and how
-    many of them are ours to fix: open or unexplained. `rows`: every experiment's effects.csv rows."""
-    counts = {k.value: 0 for k in Kind} | {"unexplained": 0}
-    for row in rows:
-        kind = flagged_kind(row)
-        if kind is not None:
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts | {"ours to fix": counts[Kind.OPEN.value] + counts["unexplained"]}
-
-
-def kinds_text(rows) -> str:
-    """SUMMARY.md's line on the flagged rows (`kind_counts`): how many are ours to fix, and where the
-    others' causes lie. For publish to render under the effects table."""
-    counts = kind_counts(rows)
-    flagged = sum(v for k, v in counts.items() if k != "ours to fix")
-    outside = [f"{k.value} {counts[k.value]}" for k in Kind if k is not Kind.OPEN and counts[k.value]]
-    text = f"**{counts['ours to fix']} of {flagged} flagged rows are ours to fix** ({counts['open']} with an open "
-    text += f"diagnosis, {counts['unexplained']} unexplained)"
-    return text + (f"; the others name a cause outside our implementation: {', '.join(outside)}." if outside else ".")
 
 
 def paper_vs_ours(paper: Paper, ours: dict[str, float]) -> pd.DataFrame:

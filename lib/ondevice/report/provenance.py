@@ -34,6 +34,10 @@ PACKAGE = "ondevice"
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 # Everything that can make results; the dirty flag falls back to it when the notebook is unknown.
 CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
+# The code that judges or keeps the record, not the code that measures: the pages re-judge every
+# stored measurement at publish (report/judge.py; claims.py holds the paper's numbers and the rules),
+# and provenance only describes a run, so a change to them makes no result stale and re-runs nothing.
+JUDGING = ("ondevice.report.claims", "ondevice.report.judge", "ondevice.report.provenance")
 # CPU features that decide which kernels oneDNN runs, and so the low bits of every result.
 ONEDNN_CPU_FLAGS = (
     "sse4_2",
@@ -89,6 +93,8 @@ def _walk(modules: Iterable[str], lib: Path) -> tuple[list[Path], set[str]]:
         parts = todo.pop().split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__.py and a/b/__init__.py too
             module = ".".join(parts[:i])
+            if module in JUDGING:
+                continue
             path = _module_file(lib, module)
             if path is None or path in files:
                 continue
@@ -235,3 +241,43 @@ def environment(experiment: str | None = None) -> dict:
         "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
         "determinism": info,
     }
+
+
+def notebook_of(experiment: str, root: Path = REPO_ROOT) -> Path | None:
+    """notebooks/<paper>/<experiment>.ipynb, or None."""
+    return next((root / "notebooks").rglob(f"{experiment}.ipynb"), None)
+
+
+def changed_since(git: dict, experiment: str, root: Path = REPO_ROOT) -> dict:
+    """Whether the code that measures a result has changed since the run that made it: its notebook
+    and code_files (judging code excluded) diffed from the run's commit to the working tree. Returns
+    {"stale": True/False/None, "files": [{"path", "added", "removed"}], "why": text}; None when git
+    cannot tell (no commit recorded, a commit this clone lacks, or a run from uncommitted code)."""
+    commit = (git or {}).get("commit")
+    notebook = notebook_of(experiment, root)
+    if notebook is None:
+        return {"stale": None, "files": [], "why": f"no notebook named {experiment}"}
+    if not commit:
+        return {"stale": None, "files": [], "why": "the run recorded no commit"}
+    if (git or {}).get("dirty"):
+        return {"stale": None, "files": [], "why": f"the run was made from uncommitted changes on {commit[:12]}"}
+    paths = [p.relative_to(root).as_posix() for p in [notebook, *code_files(notebook, root)] if p.is_relative_to(root)]
+    try:
+        out = subprocess.run(
+            ["git", "diff", "--numstat", commit, "--", *paths], cwd=root, capture_output=True, text=True
+        )
+    except OSError:
+        return {"stale": None, "files": [], "why": "git is not available"}
+    if out.returncode != 0:
+        return {"stale": None, "files": [], "why": f"this clone lacks the run's commit {commit[:12]}"}
+    files = []
+    for line in out.stdout.splitlines():
+        added, removed, path = line.split("\t", 2)
+        files.append(
+            {
+                "path": path,
+                "added": int(added) if added.isdigit() else 0,
+                "removed": int(removed) if removed.isdigit() else 0,
+            }
+        )
+    return {"stale": bool(files), "files": files, "why": f"measuring code diffed from {commit[:12]}"}

@@ -40,7 +40,7 @@ from ondevice import REPO_ROOT
 from ondevice.params import SCALES
 from ondevice.report import at_once, timings
 from ondevice.report.progress import Progress, Ticker
-from ondevice.report.provenance import code_files, fingerprint, git_state
+from ondevice.report.provenance import changed_since, code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -48,7 +48,7 @@ RESULTS = Path(os.environ.get("ONDEVICE_RESULTS") or REPO_ROOT / "results")
 KERNEL = "ondevice"
 MARKER = ".complete.json"  # git-ignored: only results this checkout produced are skipped
 JOBS = ".jobs"  # results/<scale>/.jobs/<notebook>/: finished engine jobs of an unfinished run (git-ignored)
-EXIT_FAILED, EXIT_DIFFERS, EXIT_INTERRUPTED = 1, 3, 130
+EXIT_FAILED, EXIT_DIFFERS, EXIT_STALE, EXIT_INTERRUPTED = 1, 3, 4, 130
 
 
 class Interrupted(KeyboardInterrupt):
@@ -372,7 +372,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--verify",
         action="store_true",
-        help=f"exit {EXIT_DIFFERS} when a headline number is outside the published tolerance",
+        help=f"exit {EXIT_DIFFERS} when a headline number is outside the published tolerance, {EXIT_STALE} when a "
+        "result was measured by code that has changed since",
     )
     ap.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help="where the notebooks are")
     ap.add_argument(
@@ -485,7 +486,21 @@ def main(argv=None) -> int:
         return EXIT_FAILED
     if args.verify and any(rows and differs(rows) for rows in comparisons.values()):
         return EXIT_DIFFERS
+    if args.verify and (stale := stale_results(RESULTS / args.scale, notebooks)):
+        print(f"[reproduce] STALE: the code that measured {', '.join(stale)} has changed since (verify fails)")
+        return EXIT_STALE
     return 0
+
+
+def stale_results(scale_dir: Path, notebooks: list[Path]) -> list[str]:
+    """The notebooks whose stored result was measured by code that has changed since its run
+    (`provenance.changed_since`; judging code aside)."""
+    stale = []
+    for nb in notebooks:
+        run = _read_json(scale_dir / nb.stem / "run.json") or {}
+        if changed_since((run.get("environment") or {}).get("git") or {}, nb.stem)["stale"]:
+            stale.append(nb.stem)
+    return stale
 
 
 if __name__ == "__main__":

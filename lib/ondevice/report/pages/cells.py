@@ -1,5 +1,5 @@
 """The text of one cell, the same on every page: percentages, counts, durations, citations, the
-audit rule's diagnosis and notebook anchors. Values that are missing or not numbers read "-"."""
+judged diagnosis and notebook anchors. Values that are missing or not numbers read "-"."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import re
 from urllib.parse import quote
 
-from ondevice.report.claims import Kind, audit, flagged_kind, percent
+from ondevice.report.claims import Kind, percent
+from ondevice.report.judge import Judged, flagged_kind
 
 DASH = "-"
 EXPLAINED = "differs, explained by "
@@ -107,21 +108,19 @@ def counts(row: dict) -> str:
     return " x ".join(parts) + ("" if seeds is not None else " (seeds not recorded)")
 
 
-def ratio(row: dict) -> str:
-    """Ours / the paper's change ('2.5x', '-0.4x'); '-' where the paper gives no change or zero."""
-    paper, ours = as_float(row.get("paper change")), as_float(row.get("our change"))
-    return DASH if paper in (None, 0.0) or ours is None else f"{ours / paper:.2g}x"
+def ratio(judged: Judged) -> str:
+    """Ours / the paper's change ('2.5x', '-0.4x'), only where our interval excludes zero ('-' else,
+    or where the paper gives no change or zero)."""
+    return DASH if judged.ratio is None else f"{judged.ratio:.2g}x"
 
 
-def diagnosis(row: dict) -> str:
-    """The audit rule (`claims.audit`) on one effects.csv row, with the experiment's diagnosis if it
-    gave one: "agrees ...", "differs, explained by ..." (a cause outside our implementation),
-    "differs, open: ..." (its kind is open, or the table predates kinds), "unexplained" or why it
-    cannot tell."""
-    text = audit(
-        row.get("paper change"), row.get("our change"), row.get("ci low"), row.get("ci high"), row.get("diagnosis")
-    )
-    if text.startswith(EXPLAINED) and flagged_kind(row) == Kind.OPEN.value:
+def diagnosis(row: dict, judged: Judged) -> str:
+    """The judged audit text of one effects.csv row, with the experiment's diagnosis if it gave one:
+    "agrees ...", "inconclusive ...", "differs, explained by ..." (a cause outside our
+    implementation), "differs, open: ..." (its kind is open, or the table predates kinds),
+    "unexplained" or why it cannot tell."""
+    text = judged.audit
+    if text.startswith(EXPLAINED) and flagged_kind(row, text) == Kind.OPEN.value:
         return OPEN + text.removeprefix(EXPLAINED)
     return text
 

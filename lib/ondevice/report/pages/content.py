@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ondevice.report import facts
+from ondevice.report import facts, judge, provenance
 from ondevice.report.pages.cells import (
     DASH,
     anchor,
@@ -28,6 +28,7 @@ from ondevice.report.pages.cells import (
 
 INLINE_ROWS, INLINE_COLUMNS = 12, 9  # a table this small is shown on the Markdown page, a larger one linked
 SHOWN_ELSEWHERE = {"effects.csv", "headline.csv", "paper_vs_ours.csv"}
+UNCHECKED = {"stale": None, "files": [], "why": "not checked"}
 
 
 @dataclass
@@ -76,8 +77,9 @@ class Effect:
     """One effects.csv row with the text of its cells."""
 
     row: dict
-    diagnosis: str  # the audit rule's text, with why a named section cannot be linked
+    diagnosis: str  # the judged audit text, with why a named section cannot be linked
     target: str | None  # the anchor of the notebook heading that measures an explained row
+    judged: judge.Judged  # the row judged at publish (judge.judge): verdict, audit, ratio, reading
     effect: str = field(init=False)
     paper: str = field(init=False)  # the paper's change
     ours: str = field(init=False)  # our change
@@ -91,9 +93,9 @@ class Effect:
     def __post_init__(self):
         r = self.row
         self.effect = r.get("effect") or DASH
-        self.paper, self.ours, self.ratio = pct(r.get("paper change")), pct(r.get("our change")), ratio(r)
+        self.paper, self.ours, self.ratio = pct(r.get("paper change")), pct(r.get("our change")), ratio(self.judged)
         self.interval, self.level, self.counts = interval(r), level(r), counts(r)
-        self.verdict = r.get("verdict") or DASH
+        self.verdict = self.judged.verdict
         self.modelled = "modelled" in str(r.get("meter") or "").lower()
 
     @property
@@ -125,15 +127,19 @@ class Experiment:
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     headline: list[Headline] = field(default_factory=list)
+    name: str = ""  # the experiment (its notebook's name)
+    papers_dir: Path = facts.PAPERS
+    changed: dict = field(default_factory=lambda: dict(UNCHECKED))
     effects: list[Effect] = field(init=False)
 
     def __post_init__(self):
-        self.effects = [Effect(r, *self._diagnosis(r)) for r in self.rows]
+        judged = [judge.judge(r, self.name or self.slug, self.run.get("headline"), self.papers_dir) for r in self.rows]
+        self.effects = [Effect(r, *self._diagnosis(r, j), j) for r, j in zip(self.rows, judged)]
 
-    def _diagnosis(self, row: dict) -> tuple[str, str | None]:
+    def _diagnosis(self, row: dict, judged: judge.Judged) -> tuple[str, str | None]:
         """The diagnosis cell's text and, for an explained row whose section is a heading of the stored
         notebook, that heading's anchor (the link target); a section the notebook lacks is said."""
-        text = diagnosis(row)
+        text = diagnosis(row, judged)
         section = str(row.get("section") or "").strip()
         if not diagnosed_prefix(text) or not section:
             return text, None
@@ -164,9 +170,19 @@ class Experiment:
         return value.strip() if isinstance(value, str) else ""
 
     @property
+    def stale(self) -> str:
+        """Whether the code that measured this result has changed since its run: "no", "yes: <files
+        (+added/-removed lines)>", or "unknown (<why>)"."""
+        if self.changed["stale"] is None:
+            return f"unknown ({self.changed['why']})"
+        if not self.changed["stale"]:
+            return "no"
+        return "yes: " + ", ".join(f"{f['path']} (+{f['added']}/-{f['removed']})" for f in self.changed["files"])
+
+    @property
     def verdict(self) -> str:
         """One word when every effect agrees, else counts ("1 holds, 1 within noise"); "-" without verdicts."""
-        verdicts = [r.get("verdict") or "" for r in self.rows]
+        verdicts = [f.verdict if f.verdict != DASH else "" for f in self.effects]
         if not verdicts or not all(verdicts):
             return DASH
         counted = {v: verdicts.count(v) for v in dict.fromkeys(verdicts)}
@@ -200,6 +216,11 @@ class Experiment:
         env = self.run.get("environment", {})
         flat = {k: v for k, v in env.items() if k != "packages"}
         return flat | {f"package {k}": v for k, v in env.get("packages", {}).items()}
+
+    @property
+    def run_time(self) -> RunTime:
+        """The last run's wall time, whether it was warm, and a cold run's time (`run_time`)."""
+        return run_time(self.wall_time_s, notebook_file(self.path))
 
 
 def get(doc, *keys, default=None):
@@ -306,8 +327,9 @@ def headings(notebook: Path | None) -> list[str]:
     return found
 
 
-def experiment(path: Path, papers_dir: Path = facts.PAPERS) -> Experiment:
-    """The content model of one result directory (one with a run.json)."""
+def experiment(path: Path, papers_dir: Path = facts.PAPERS, check_code: bool = True) -> Experiment:
+    """The content model of one result directory (one with a run.json); `check_code`: whether to
+    ask git if the code that measured it has changed since (`provenance.changed_since`)."""
     run = read_run(path / "run.json")
     name = run.get("experiment")
     if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
@@ -334,9 +356,61 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS) -> Experiment:
         figures=[Figure(p.stem, p.with_suffix(".svg").is_file()) for p in pngs],
         tables=tables,
         headline=[Headline(k, get(h, "value"), get(h, "tolerance"), h["per_seed"]) for k, h in run["headline"].items()],
+        name=name,
+        papers_dir=papers_dir,
+        changed=provenance.changed_since(get(run, "environment", "git") or {}, name) if check_code else UNCHECKED,
     )
 
 
-def load(results_dir: Path, papers_dir: Path = facts.PAPERS) -> list[Experiment]:
+def load(results_dir: Path, papers_dir: Path = facts.PAPERS, check_code: bool = True) -> list[Experiment]:
     """Every results_dir/*/run.json, in name order."""
-    return [experiment(p.parent, papers_dir) for p in sorted(results_dir.glob("*/run.json"))]
+    return [experiment(p.parent, papers_dir, check_code) for p in sorted(results_dir.glob("*/run.json"))]
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """How long the last run took and what it found done before it (model-cache entries, stages
+    read back), so its time is not mistaken for a cold run's, which is given beside it."""
+
+    last_s: float | None  # the last run's wall time
+    recorded: bool  # its notebook was read: the counts below are known
+    reused: int = 0  # model-cache entries an earlier run trained
+    read_back: int = 0  # cells that read their results back from an earlier run's stage file
+    trained_s: float = 0.0  # seconds the run spent training global models
+    models_s: float = 0.0  # the recorded training seconds of every model-cache entry it used
+    models: int = 0  # how many entries it used
+
+    @property
+    def warm(self) -> bool:
+        return self.reused > 0 or self.read_back > 0
+
+    @property
+    def cold_s(self) -> float | None:
+        """A cold run's time: the last run's when it was cold, else estimated as in
+        report/progress.py: the last run less its training, plus every model's recorded training."""
+        if self.last_s is None or not self.recorded:
+            return None
+        return self.last_s - self.trained_s + self.models_s if self.warm else self.last_s
+
+
+def run_time(last_s, notebook: Path | None) -> RunTime:
+    """The stored executed notebook's record of the model cache (`timings.cell_models`, the lines
+    `training/model_cache.py` prints) and of stages read back (`timings.resumed`)."""
+    from ondevice.report import timings  # pandas: only when a page shows times
+
+    last = as_float(last_s)
+    try:
+        cells = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"] if c.get("cell_type") == "code"]
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return RunTime(last, recorded=False)
+    used, ran, trained_s, read_back = {}, set(), 0.0, 0
+    for cell in cells:
+        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        seconds, models = timings.cell_models(cell)
+        duration = as_float(get(cell, "metadata", "papermill", "duration"))
+        trained_s += min(seconds, duration) if duration is not None else seconds
+        used |= models
+        ran |= {Path(p).name for _, p in timings.TRAINED.findall(text)} | set(timings.WAITED.findall(text))
+        read_back += timings.resumed(cell)
+    reused = len(set(used) - {Path(p).name for p in ran})
+    return RunTime(last, True, reused, read_back, trained_s, sum(used.values()), len(used))

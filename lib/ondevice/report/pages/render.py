@@ -6,11 +6,13 @@ never a blank. Executed notebooks are rendered by nbconvert's lab template minus
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
 
-from ondevice.report import claims
+from ondevice.report import judge
+from ondevice.report.pages import forest
 from ondevice.report.pages.cells import (
     DASH,
     citation_rest,
@@ -21,16 +23,76 @@ from ondevice.report.pages.cells import (
     number,
     short_citation,
 )
-from ondevice.report.pages.content import Experiment, Table
+from ondevice.report.pages.content import Effect, Experiment, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 NOTEBOOK_TEMPLATE = "offline.html.j2"  # in templates/notebook/, beside nothing of ours that nbconvert could pick up
-VERDICTS = {"holds": "holds", "does not hold": "not", "within noise": "noise"}  # verdict -> badge class v-<...>
+VERDICTS = {
+    "holds": "holds",
+    "does not hold": "not",
+    "within noise": "noise",
+    "inconclusive": "inconclusive",
+}  # verdict -> badge class v-<...>
 
 
 def value(v):
     """A parameter or environment value as shown: a dict or list as JSON."""
     return json.dumps(v) if isinstance(v, (dict, list)) else v
+
+
+def stale_text(entries: list[Experiment]) -> str:
+    """SUMMARY.md's line on results whose measuring code has changed since their run."""
+    stale = [e.slug for e in entries if e.changed["stale"]]
+    unknown = [e.slug for e in entries if e.changed["stale"] is None]
+    text = f"**{len(stale)} of {len(entries)} results were measured by code that has changed since**"
+    text += f" (re-run them with `make reproduce`): {', '.join(stale)}." if stale else "."
+    return text + (f" Unknown for {len(unknown)}: {', '.join(unknown)}." if unknown else "")
+
+
+ONE_LINE = 120  # characters of a diagnosis a table cell holds; the whole of it follows the table
+OURS_TO_FIX = {"open", "unexplained"}  # diagnosis kinds that name no cause outside our implementation
+
+
+def clauses(text: str, marks: str = ";") -> list[str]:
+    """The text split after each of `marks` that stands outside parentheses and brackets (a
+    diagnosis's clauses: its cause first, then the numbers that show it)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([") - (ch in ")]")
+        if depth <= 0 and ch in marks and text[i + 1 : i + 2] in (" ", ""):
+            parts.append(text[start : i + 1].strip())
+            start = i + 1
+    return [p for p in [*parts, text[start:].strip()] if p]
+
+
+SENTENCE = re.compile(r"(?<=[a-z)]{2}\.) (?=[A-Z])")
+
+
+def one_line(text: str, limit: int = ONE_LINE) -> str:
+    """A diagnosis as a table cell shows it: its first clause (to the first ':' or ';' outside
+    parentheses, or the first sentence's end), cut at a word with '…' when still over `limit`."""
+    first = SENTENCE.split(clauses(" ".join(str(text).split()), ":;")[0])[0].rstrip(":;")
+    if len(first) <= limit:
+        return first
+    cut = first[: limit - 1].rsplit(" ", 1)[0]
+    if cut.count("(") > cut.count(")"):  # not inside a parenthesis
+        cut = cut[: cut.rfind("(")]
+    return cut.rstrip(",;: ") + "…"
+
+
+def kind(f: Effect) -> str:
+    """Where a flagged row's cause lies (its diagnosis kind; open when it names none), "unexplained"
+    for a flagged row without a diagnosis, "" for a row the audit does not flag."""
+    if f.prefix:
+        return str(f.row.get("diagnosis kind") or "").strip() or "open"
+    return "unexplained" if f.diagnosis == "unexplained" else ""
+
+
+def tally(effects: list[Effect]) -> list[tuple[str, int]]:
+    """How many effects got each verdict, in the order VERDICTS lists them, others after."""
+    verdicts = [f.verdict for f in effects]
+    order = [*VERDICTS, *dict.fromkeys(v for v in verdicts if v not in VERDICTS)]
+    return [(v, verdicts.count(v)) for v in order if v in verdicts]
 
 
 def aligned(table: Table) -> list[tuple[str, str]]:
@@ -55,7 +117,8 @@ class Pages:
         self.env.filters.update(md=md, number=number, duration=duration, value=value)
         self.env.globals.update(
             DASH=DASH, VERDICTS=VERDICTS, href=href, md_link=md_link, aligned=aligned,
-            short_citation=short_citation, citation_rest=citation_rest,
+            short_citation=short_citation, citation_rest=citation_rest, one_line=one_line, clauses=clauses,
+            kind=kind, tally=tally, OURS_TO_FIX=OURS_TO_FIX,
         )  # fmt: skip
 
     def render(self, name: str, **context) -> str:
@@ -68,17 +131,21 @@ class Pages:
             ) from None
 
     def index_html(self, entries: list[Experiment], scale: str) -> str:
-        return self.render("index.html.j2", entries=entries, scale=scale, root="")
+        plot = forest.svg(forest.groups(entries), columns=2)
+        return self.render("index.html.j2", entries=entries, scale=scale, root="", forest=plot)
 
     def experiment_html(self, e: Experiment, scale: str) -> str:
-        return self.render("experiment.html.j2", e=e, scale=scale, root="../")
+        plot = forest.svg([(e.short if e.short != DASH else e.slug, forest.marks(e, ""))])
+        return self.render("experiment.html.j2", e=e, scale=scale, root="../", forest=plot)
 
     def experiment_markdown(self, e: Experiment, scale: str) -> str:
         return self.render("experiment.md.j2", e=e, scale=scale)
 
     def summary_markdown(self, entries: list[Experiment], scale: str) -> str:
-        kinds = claims.kinds_text([row for e in entries for row in e.rows])
-        return self.render("summary.md.j2", entries=entries, scale=scale, kinds=kinds)
+        kinds = judge.kinds_text(
+            [k for e in entries for f in e.effects if (k := judge.flagged_kind(f.row, f.diagnosis))]
+        )
+        return self.render("summary.md.j2", entries=entries, scale=scale, kinds=kinds, stale=stale_text(entries))
 
     def css(self) -> str:
         path = self.templates / "site.css"

@@ -1,0 +1,238 @@
+"""Judging at publish: what a stored measurement says about the paper's claim.
+
+A notebook stores what it measured (our change and its interval, per effect); the pages judge it
+here, every time they are built. So a change to these rules re-renders every page in seconds and
+makes no measurement stale (`provenance.JUDGING` keeps this module and `claims` out of a result's
+code fingerprint).
+
+- **Four verdicts.** holds / does not hold: the interval excludes zero; within noise: it contains
+  zero and excludes the paper's change; inconclusive: it contains both.
+- **The paper's precision.** A paper's number carries the range its printed digits allow (half a
+  unit of its last digit, 0.617 is 0.6165 to 0.6175); a number the paper defines (a reference,
+  `exact = true`) has none. An interval that overlaps the paper's range agrees with it.
+- **Agreement in size** ("agrees within 3x", and the ratio) only where the interval excludes zero.
+- **The paper's unit.** Where a claim's "+1%" reads as a relative change or as points, paper.toml
+  names the reading that leads (`[[<experiment>.claims.readings]]`, fixed before our numbers were
+  read: the paper's tables decide where they can); the other reading's verdict stands beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from ondevice.report.claims import FACTOR, Kind, agrees_in_size
+
+PAPERS = Path(__file__).resolve().parents[1] / "papers"
+VERDICTS = ("holds", "does not hold", "within noise", "inconclusive")
+INCONCLUSIVE = "inconclusive: the interval contains both zero and the paper's change"
+
+
+def text(row: dict, key: str) -> str:
+    """A text cell; "" for a missing one (a CSV's empty cell may come back as NaN)."""
+    value = row.get(key)
+    return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def finite(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a claim's printed change is read: `lead` ("relative" or "points") leads, `other` is shown
+    beside; `level` names our headline number of the worse condition (its absolute level turns a
+    relative change into points)."""
+
+    claim: str
+    lead: str
+    other: str
+    level: str = ""
+    why: str = ""
+
+
+@functools.cache
+def _facts(papers_dir: Path) -> dict[str, dict]:
+    """Every paper.toml, its floats kept as the Decimals they were printed as (their digits)."""
+    out = {}
+    for path in sorted(Path(papers_dir).glob("*/paper.toml")):
+        try:
+            with path.open("rb") as f:
+                out[path.parent.name] = tomllib.load(f, parse_float=Decimal)
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+    return out
+
+
+def _claims(experiment: str, papers_dir: Path) -> list[dict]:
+    """The experiment's claims sections (its [x.claims], [x.time], ...) across the facts files."""
+    for name, doc in _facts(Path(papers_dir)).items():
+        if experiment in doc and not name.startswith("_"):
+            return [v for v in doc[experiment].values() if isinstance(v, dict)]
+    return []
+
+
+def half_unit(number: dict) -> float:
+    """Half a unit of a number's last printed digit; 0 for a number the paper defines (exact)."""
+    value = number.get("value")
+    if number.get("exact") or not isinstance(value, (Decimal, int)):
+        return 0.0
+    if "precision" in number:
+        return float(number["precision"])
+    exponent = value.as_tuple().exponent if isinstance(value, Decimal) else 0
+    return 0.5 * 10.0**exponent
+
+
+def paper_range(experiment: str, claim: str, papers_dir: Path = PAPERS) -> tuple[float, float] | None:
+    """The range of a claimed change that the paper's printed numbers allow: better / worse - 1 at
+    the ends of each number's range; None when the facts pair no two numbers for this claim."""
+    for section in _claims(experiment, papers_dir):
+        numbers = {n.get("quantity"): n for n in section.get("numbers", []) if isinstance(n, dict)}
+        for e in section.get("effects", []):
+            if not isinstance(e, dict) or e.get("claim") != claim:
+                continue
+            b, w = numbers.get(e.get("better")), numbers.get(e.get("worse"))
+            if b is None or w is None:
+                return None
+            # in decimal, so that 0.617 and 0.616 meet exactly at 0.6165 (no change is in range)
+            bv, wv, bh, wh = (Decimal(str(x)) for x in (b["value"], w["value"], half_unit(b), half_unit(w)))
+            if wv - wh <= 0:
+                return None
+            return float((bv - bh) / (wv + wh) - 1), float((bv + bh) / (wv - wh) - 1)
+    return None
+
+
+def reading(experiment: str, claim: str, papers_dir: Path = PAPERS) -> Reading | None:
+    """The claim's declared reading of its unit, if paper.toml gives one."""
+    for section in _claims(experiment, papers_dir):
+        for r in section.get("readings", []):
+            if isinstance(r, dict) and r.get("claim") == claim:
+                return Reading(claim, r["lead"], r["other"], r.get("level", ""), r.get("why", ""))
+    return None
+
+
+def verdict(low, high, paper_low=None, paper_high=None) -> str:
+    """One of VERDICTS from our interval and the paper's range ("-" without an interval)."""
+    low, high = finite(low), finite(high)
+    if low is None or high is None:
+        return "-"
+    if low > 0:
+        return "holds"
+    if high < 0:
+        return "does not hold"
+    plo, phi = finite(paper_low), finite(paper_high)
+    if plo is not None and phi is not None and low <= phi and plo <= high and not plo <= 0 <= phi:
+        return "inconclusive"
+    return "within noise"
+
+
+def audit(paper_low, paper_high, ours, low, high, diagnosis: str = "") -> str:
+    """Does our change tell the paper's story? "agrees" only where the interval excludes zero (or
+    the paper itself claims no change); a row that differs (interval off the paper's range, and
+    ours not within 3x of it with its sign) reads "differs, explained by <diagnosis>" when its
+    notebook measured why, else "unexplained"."""
+    plo, phi, ours, low, high = (finite(v) for v in (paper_low, paper_high, ours, low, high))
+    if plo is None or phi is None:
+        return "no paper change to compare"
+    if ours is None:
+        return "no change measured"
+    if low is None or high is None:
+        return "no interval"
+    zero = low <= 0 <= high
+    overlaps = low <= phi and plo <= high
+    if overlaps and plo <= 0 <= phi:
+        return (
+            "agrees: no change beyond noise, as the paper reports"
+            if zero
+            else "agrees: the interval overlaps the paper's range"
+        )
+    if overlaps:
+        return INCONCLUSIVE if zero else "agrees: the interval contains the paper's change"
+    paper = (plo + phi) / 2
+    if not zero and agrees_in_size(paper, ours):
+        return f"agrees within {FACTOR:g}x"
+    explained = " ".join(diagnosis.split()) if isinstance(diagnosis, str) else ""
+    return f"differs, explained by {explained}" if explained else "unexplained"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One effects row judged: the verdict, the audit's text, the ratio (only where the interval
+    excludes zero), the paper's range, and the other reading of the claim's unit, if any."""
+
+    verdict: str
+    audit: str
+    ratio: float | None
+    paper_low: float | None
+    paper_high: float | None
+    reading: str = ""  # "relative" or "points": the reading that leads, where paper.toml names one
+    other: str = ""  # the other reading's verdict and audit, in one line
+
+
+def _points_scale(row: dict, headline: dict, r: Reading) -> float | None:
+    """Our worse condition's absolute level: a relative change times it is a change in points."""
+    rel, absolute = finite(row.get("our change")), finite(row.get("absolute change of the mean"))
+    if rel and absolute is not None:
+        return absolute / rel
+    h = headline.get(r.level) if r.level else None
+    return finite(h.get("value")) if isinstance(h, dict) else None
+
+
+def judge(row: dict, experiment: str, headline: dict | None = None, papers_dir: Path = PAPERS) -> Judged:
+    """Judge one effects.csv row of an experiment under the rules above."""
+    claim = text(row, "effect")
+    paper = finite(row.get("paper change"))
+    rng = paper_range(experiment, claim, papers_dir) if paper is not None else None
+    plo, phi = rng if rng else (paper, paper)
+    ours, low, high = (finite(row.get(k)) for k in ("our change", "ci low", "ci high"))
+    v = verdict(low, high, plo, phi)
+    said = audit(plo, phi, ours, low, high, text(row, "diagnosis"))
+    excludes_zero = v in ("holds", "does not hold")
+    ratio = ours / paper if excludes_zero and ours is not None and paper else None
+    r = reading(experiment, claim, papers_dir)
+    if r is None or paper is None:
+        return Judged(v, said, ratio, plo, phi)
+    scale = _points_scale(row, headline or {}, r)
+    if scale is None:
+        return Judged(v, said, ratio, plo, phi, r.lead, f"as {r.other}: no level to convert with")
+    # the paper's printed change as a fraction read the other way: "+1%" relative <-> 1 point
+    to_other = (lambda x: x * scale) if r.other == "points" else (lambda x: x / scale)
+    o = [to_other(x) if x is not None else None for x in (ours, low, high)]
+    other_v = verdict(o[1], o[2], plo, phi)
+    other_text = (
+        audit(plo, phi, *o).split(":")[0].replace("unexplained", "differs")
+    )  # the lead row carries the diagnosis
+    unit = "points" if r.other == "points" else "relative"
+    shown = f"{o[0] * 100:+.2f} {unit}" if unit == "points" else f"{o[0]:+.1%}"
+    return Judged(v, said, ratio, plo, phi, r.lead, f"as {r.other} ({shown}): {other_v}; {other_text}")
+
+
+def flagged_kind(row: dict, audit_text: str) -> str | None:
+    """Where the cause of a flagged row lies: its diagnosis kind (open when it names none), or
+    "unexplained"; None for a row the audit does not flag."""
+    if not audit_text.startswith("differs") and audit_text != "unexplained":
+        return None
+    if not text(row, "diagnosis"):
+        return "unexplained"
+    return text(row, "diagnosis kind") or Kind.OPEN.value
+
+
+def kinds_text(flagged: list[str]) -> str:
+    """SUMMARY.md's line on the flagged rows: how many are ours to fix (open or unexplained), and
+    where the others' causes lie. `flagged`: each flagged row's `flagged_kind`."""
+    counts = {k.value: 0 for k in Kind} | {"unexplained": 0}
+    for kind in flagged:
+        counts[kind] = counts.get(kind, 0) + 1
+    ours = counts[Kind.OPEN.value] + counts["unexplained"]
+    outside = [f"{k.value} {counts[k.value]}" for k in Kind if k is not Kind.OPEN and counts[k.value]]
+    text = f"**{ours} of {len(flagged)} flagged rows are ours to fix** ({counts['open']} with an open "
+    text += f"diagnosis, {counts['unexplained']} unexplained)"
+    return text + (f"; the others name a cause outside our implementation: {', '.join(outside)}." if outside else ".")
