@@ -1,6 +1,6 @@
 """The job engine: a smoke experiment gives the same rows in this process and on a local Dask
 with 2 workers; failing jobs are retried once, then reported by key; an interrupted run resumes
-without recomputing finished jobs."""
+without recomputing finished jobs. (On a cluster of separate processes: test_engine_cluster.py.)"""
 
 import os
 import signal
@@ -125,7 +125,35 @@ def test_a_killed_job_process_is_retried_on_dask(dask_engine, tmp_path):
         [Job("seed=0/user=x", _killed_once, {"marker": str(tmp_path / "killed")})], engine=dask_engine, log=log.append
     )
     assert (tmp_path / "killed").exists() and any("seed=0/user=x failed" in line and "retrying" in line for line in log)
+    assert any("the job's process was killed by SIGKILL" in line for line in log)
     assert row["intra_op_threads"] == "1"  # TensorFlow's threads sized to the job's one CPU
+
+
+def test_a_job_that_raises_on_dask_is_reported_with_its_own_exception(dask_engine):
+    """The job's process (started by a daemonic Dask worker) sends its traceback back: the report
+    ends with the job's exception, not the worker's."""
+    jobs = [Job(f"user={u}", _broken, {"user": u}) for u in ("hamlet/Hamlet", "hamlet/Ophelia")]
+    with pytest.raises(JobsFailed, match="user=hamlet/Ophelia: ValueError: cannot personalise hamlet/Ophelia") as err:
+        run_jobs(jobs, "smoke", dask_engine, log=lambda *_: None)
+    assert list(err.value.failures) == ["user=hamlet/Ophelia"]
+
+
+def test_a_cluster_worker_is_compared_with_the_client_by_python_suite_and_locked_packages():
+    from ondevice.engine import cluster
+
+    mine = cluster.environment(None, ["numpy", "tensorflow"])
+    assert mine["ondevice"] == "0.1.0" and mine["packages"]["numpy"] and cluster.differences(mine, mine) == []
+    assert "tensorflow" in cluster.locked_packages() and "dask" in cluster.locked_packages()
+    other = {**mine, "python": "3.12", "packages": {"numpy": mine["packages"]["numpy"], "tensorflow": None}}
+    assert cluster.differences(mine, other) == [
+        f"Python 3.12, the client has {mine['python']} (its job process runs {mine['executable']})",
+        f"packages of requirements.lock at other versions than the client's (its job process runs "
+        f"{mine['executable']}): tensorflow missing (client {mine['packages']['tensorflow']})",
+    ]
+    assert cluster.differences(mine, {**mine, "ondevice": "0.0.9", "files": "x"}) == [
+        "ondevice 0.0.9, the client has 0.1.0"
+    ]
+    assert "another commit, or edited" in cluster.differences(mine, {**mine, "files": "x"})[0]
 
 
 def test_a_job_that_always_fails_is_reported_with_its_user_and_fails_the_run(tmp_path):

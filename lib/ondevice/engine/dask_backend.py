@@ -1,36 +1,25 @@
 """Dask distributed: a local engine with N worker processes, or a running cluster by its
 scheduler's address.
 
-Dask starts its workers as fresh (spawned) processes but has no per-task recycling, so each job
-runs in a process of its own that the worker spawns (never forks) and that ends with the job:
-the memory TensorFlow holds goes with it, no idle process outlives its worker, and a job that
-kills its process (out of memory, a crash) fails alone, to be retried. The Dask worker itself
-never imports TensorFlow; it must not be daemonic to have a child (`distributed.worker.daemon:
-False`). Retries are ours (`run_jobs`): the scheduler gives up on a task at once
-(allowed-failures 0) instead of re-running it unseen.
+Dask has no per-task recycling, so each job runs in a process of its own that the worker starts
+through `subprocess` and that ends with the job (`process.py`): the memory TensorFlow holds goes
+with it, and a job that kills its process (out of memory, a crash) fails alone, to be retried.
+Workers need no settings for it: a default `dask worker` (daemonic, under its nanny) may start
+such a process, and the Dask worker itself never imports TensorFlow. A running cluster is checked
+before any work (`cluster.py`). Retries are ours (`run_jobs`): the local scheduler gives up on a
+task at once (allowed-failures 0) instead of re-running it unseen.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 
-import cloudpickle
-
-from . import worker
-
-
-def _call_pickled(payload: bytes):
-    return worker.call(*cloudpickle.loads(payload))
+from . import process, worker
 
 
 def run_job(fn, shared, kwargs: dict, cpus: int):
-    """A Dask task: run one job in a new spawned process and return its result. The job goes
-    there through cloudpickle, as it came here, so functions of a notebook or script travel too."""
-    payload = cloudpickle.dumps((fn, shared, kwargs, cpus))
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as job_process:
-        return job_process.submit(_call_pickled, payload).result()
+    """A Dask task: run one job in a new process (`process.run`) and return its result."""
+    return process.run(fn, shared, kwargs, cpus)
 
 
 class DaskBackend:
@@ -39,12 +28,16 @@ class DaskBackend:
         from distributed import Client, LocalCluster
 
         self.spec = spec
-        self._config = dask.config.set(
-            {"distributed.scheduler.allowed-failures": 0, "distributed.worker.daemon": False}
-        )
+        self._config = dask.config.set({"distributed.scheduler.allowed-failures": 0})
         self._config.__enter__()
         if spec.cluster:
-            self.cluster, self.client = None, Client(spec.cluster)
+            from . import cluster
+
+            try:  # checked before any work
+                self.cluster, self.client = None, cluster.connect(spec.cluster)
+            except BaseException:
+                self._config.__exit__(None, None, None)
+                raise
         else:
             self.cluster = LocalCluster(
                 n_workers=spec.workers,
