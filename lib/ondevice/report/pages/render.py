@@ -80,6 +80,15 @@ def one_line(text: str, limit: int = ONE_LINE) -> str:
     return cut.rstrip(",;: ") + "…"
 
 
+def clauses_led(text: str) -> tuple[str, str, list[str]]:
+    """A diagnosis for its own section: the one line a table cell shows of it (`one_line`), the rest
+    of its first clause, and its other clauses, each without its ';'."""
+    first, *others = [c.removesuffix(";") for c in clauses(" ".join(str(text).split()))] or [""]
+    line = one_line(first)
+    head = line if first.startswith(line) else first
+    return head, first[len(head) :], others
+
+
 def kind(f: Effect) -> str:
     """Where a flagged row's cause lies (its diagnosis kind; open when it names none), "unexplained"
     for a flagged row without a diagnosis, "" for a row the audit does not flag."""
@@ -117,7 +126,7 @@ class Pages:
         self.env.filters.update(md=md, number=number, duration=duration, value=value)
         self.env.globals.update(
             DASH=DASH, VERDICTS=VERDICTS, href=href, md_link=md_link, aligned=aligned,
-            short_citation=short_citation, citation_rest=citation_rest, one_line=one_line, clauses=clauses,
+            short_citation=short_citation, citation_rest=citation_rest, one_line=one_line, clauses_led=clauses_led,
             kind=kind, tally=tally, OURS_TO_FIX=OURS_TO_FIX,
         )  # fmt: skip
 
@@ -135,7 +144,7 @@ class Pages:
         return self.render("index.html.j2", entries=entries, scale=scale, root="", forest=plot)
 
     def experiment_html(self, e: Experiment, scale: str) -> str:
-        plot = forest.svg([(e.short if e.short != DASH else e.slug, forest.marks(e, ""))])
+        plot = forest.svg([(e.short if e.short != DASH else e.slug, forest.marks(e, ""))], width=960)
         return self.render("experiment.html.j2", e=e, scale=scale, root="../", forest=plot)
 
     def experiment_markdown(self, e: Experiment, scale: str) -> str:
