@@ -36,8 +36,9 @@ ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
 # The code that judges or keeps the record, not the code that measures: the pages re-judge every
 # stored measurement at publish (report/judge.py; claims.py holds the paper's numbers and the rules),
-# and provenance only describes a run, so a change to them makes no result stale and re-runs nothing.
-JUDGING = ("ondevice.report.claims", "ondevice.report.judge", "ondevice.report.provenance")
+# pages/cells.py formats their text, and provenance only describes a run: a change to them makes no
+# result stale and re-runs nothing.
+JUDGING = ("ondevice.report.claims", "ondevice.report.judge", "ondevice.report.pages.cells", "ondevice.report.provenance")
 # CPU features that decide which kernels oneDNN runs, and so the low bits of every result.
 ONEDNN_CPU_FLAGS = (
     "sse4_2",
