@@ -2,7 +2,7 @@
 
 A notebook stores what it measured (our change and its interval, per effect); the pages judge it
 here, every time they are built. So a change to these rules re-renders every page in seconds and
-makes no measurement stale (`provenance.JUDGING` keeps this module and `claims` out of a result's
+makes no measurement stale (`provenance.NOT_MEASURING` keeps this module and `claims` out of a result's
 code fingerprint).
 
 - **Four verdicts.** holds / does not hold: the interval excludes zero; within noise: it contains

@@ -34,11 +34,20 @@ PACKAGE = "ondevice"
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 # Everything that can make results; the dirty flag falls back to it when the notebook is unknown.
 CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
-# The code that judges or keeps the record, not the code that measures: the pages re-judge every
-# stored measurement at publish (report/judge.py; claims.py holds the paper's numbers and the rules),
-# pages/cells.py formats their text, and provenance only describes a run: a change to them makes no
-# result stale and re-runs nothing.
-JUDGING = ("ondevice.report.claims", "ondevice.report.judge", "ondevice.report.pages.cells", "ondevice.report.provenance")
+# Code that does not measure, outside every result's code fingerprint, so a change to it makes no
+# result stale and re-runs nothing: the judging (the pages re-judge every stored measurement at
+# publish with report/judge.py; claims.py holds the paper's numbers and the rules; pages/cells.py
+# formats their text), provenance (it describes a run), and where a job runs (the Dask transport:
+# test_engine and test_engine_cluster check that it gives the sequential engine's rows exactly).
+NOT_MEASURING = (
+    "ondevice.report.claims",
+    "ondevice.report.judge",
+    "ondevice.report.pages.cells",
+    "ondevice.report.provenance",
+    "ondevice.engine.dask_backend",
+    "ondevice.engine.cluster",
+    "ondevice.engine.process",
+)
 # CPU features that decide which kernels oneDNN runs, and so the low bits of every result.
 ONEDNN_CPU_FLAGS = (
     "sse4_2",
@@ -94,7 +103,7 @@ def _walk(modules: Iterable[str], lib: Path) -> tuple[list[Path], set[str]]:
         parts = todo.pop().split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__.py and a/b/__init__.py too
             module = ".".join(parts[:i])
-            if module in JUDGING:
+            if module in NOT_MEASURING:
                 continue
             path = _module_file(lib, module)
             if path is None or path in files:
