@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw, ImageStat
 
 from ondevice.report import judge, publish
 from ondevice.report.claims import percent
-from ondevice.report.pages import render
+from ondevice.report.pages import forest, render
 from ondevice.report.pages.cells import DASH, counts, diagnosis, ratio, short_citation
 from ondevice.report.pages.content import paper_of
 
@@ -302,6 +302,26 @@ def _chromium() -> str:
     )
 
 
+HREFS = "els => els.map(a => new URL(a.getAttribute('href'), document.baseURI).href)"  # SVG <a> too
+# what is wider than the screen: the page, or a table's box (or the forest plot); a table wider than
+# its box must scroll inside it, or with `fit` (the index, read at a glance) not be wider at all.
+# Folded parts (<details>) are opened first.
+OVERFLOW = """fit => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const width = innerWidth, out = [], page = document.documentElement.scrollWidth;
+  if (page > width) out.push(`the page is ${page} px wide`);
+  for (const el of document.querySelectorAll('table, svg.forest')) {
+    const box = el.closest('.scroll') || el, r = box.getBoundingClientRect();
+    const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+    const what = el.tagName.toLowerCase() + ' ' + (el.querySelector('th') || el).textContent.trim().slice(0, 30);
+    if (r.left < 0 || r.right > width) out.push(`${what}: its box spans ${r.left | 0}..${r.right | 0} px`);
+    const wider = el.getBoundingClientRect().width > r.width + 1;
+    if (wider && (fit || !scrolls)) out.push(`${what}: cut off by its box`);
+  }
+  return out;
+}"""
+
+
 def _check_site(browser, site: Path) -> dict:
     """Visit every page reachable from index.html; return what went wrong and what was seen."""
     root = site.resolve()
@@ -328,7 +348,7 @@ def _check_site(browser, site: Path) -> dict:
         seen.add(path)
         current["url"] = str(path.relative_to(root))
         page.goto(path.as_uri(), wait_until="load")
-        links = page.eval_on_selector_all("a[href]", "els => els.map(a => a.href)")
+        links = page.eval_on_selector_all("a[href]", HREFS)
         ids = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
         for href in links:
             url = urlparse(href)
@@ -376,6 +396,37 @@ def test_site_in_a_real_browser(committed_site, synthetic):
                     (site / e.slug / "notebook.html").is_file() for e in entries
                 )
                 assert report["images"] >= sum(len(list((site / e.slug / "figures").glob("*.png"))) for e in entries)
+        finally:
+            browser.close()
+
+
+def test_pages_fit_a_1280px_screen_and_the_forest_plot_marks_every_effect(committed_site, synthetic):
+    """At 1280 px no page of ours is wider than the screen and every table fits (on the index), or
+    scrolls inside its own box; the index's forest plot has one mark per effect row of SUMMARY.md, an experiment's
+    page one per effect, and each mark links to its effect's row."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            for site, summary, entries in (committed_site, synthetic):
+                problems = []
+                for path in [site / "index.html", *(site / e.slug / "index.html" for e in entries)]:
+                    page.goto(path.as_uri(), wait_until="load")
+                    fit = path.parent == site  # the index fits: a scroll bar below 70 rows is out of sight
+                    problems += [f"{path.relative_to(site)}: {p}" for p in page.evaluate(OVERFLOW, fit)]
+                    marks = page.eval_on_selector_all("svg.forest .effect-mark", "els => els.length")
+                    rows = {e.slug: len(e.effects) for e in entries}.get(path.parent.name)
+                    expected = len(_summary_rows(summary.read_text())) if path.parent == site else rows
+                    assert marks == expected, f"{path.relative_to(site)}: {marks} forest marks, {expected} effects"
+                    for href in page.eval_on_selector_all("svg.forest a", HREFS):
+                        url = urlparse(href)
+                        target = Path(unquote(url.path))
+                        assert re.fullmatch(r"effect-\d+", url.fragment) and target.is_file(), href
+                        assert f'<tr id="{url.fragment}">' in target.read_text(), f"{href}: no such row"
+                assert not problems, "\n".join(problems)
         finally:
             browser.close()
 
@@ -569,3 +620,76 @@ def test_the_shipped_templates_and_stylesheet_are_package_data():
     shipped = {p for g in globs for p in package.glob(g) if p.is_file()}
     files = {p for p in render.TEMPLATES.rglob("*") if p.is_file()}
     assert files and files == shipped
+
+
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        (
+            "the planted-signal control passes: gains +0.080 [+0.068, +0.088]; 3 of 5 runs",
+            "the planted-signal control passes",
+        ),
+        (
+            "a habit sets it, the Wi-Fi share (ours 0.8); change at 0.2: +3179%",
+            "a habit sets it, the Wi-Fi share (ours 0.8)",
+        ),
+        ("users are few (the paper's: 100K, Sec. 6.1). More follows", "users are few (the paper's: 100K, Sec. 6.1)"),
+        ("word " * 40, ("word " * 23).strip() + "…"),
+        ("a long cause " + "(in words " * 20 + ")", "a long cause…"),
+    ],
+    ids=["colon", "semicolon outside parentheses", "sentence", "words", "not inside a parenthesis"],
+)
+def test_a_table_cell_holds_one_line_of_a_diagnosis(text, line):
+    assert render.one_line(text) == line and len(line) <= render.ONE_LINE
+
+
+def test_a_long_diagnosis_is_one_line_in_its_cell_and_whole_below_the_table(tmp_path):
+    why = "the cause, in short: " + "; ".join(f"protocol {i} +{i}.0% [+0.1%, +{i}.9%]" for i in range(12))
+    results = _one_result(tmp_path, why, "Why")
+    publish.build(results, tmp_path / "site", summary_path=tmp_path / "S.md", papers_dir=tmp_path / "papers")
+    page = (tmp_path / "site" / "one" / "index.html").read_text()
+    cell = re.search(r'<td class="diagnosis">(.*?)</td>', page, re.S).group(1)
+    assert '<a href="notebook.html#Why">the cause, in short</a>' in cell and "protocol" not in cell
+    assert 'href="index.html#diagnosis-1">more</a>' in cell and 'id="diagnosis-1"' in page
+    section = page.split('id="diagnosis-1"', 1)[1]
+    assert all(f"<li>protocol {i} +{i}.0% [+0.1%, +{i}.9%]</li>" in section for i in range(1, 12))
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert 'href="one/index.html#diagnosis-1">more</a>' in index and "protocol 3" not in index
+
+
+def test_the_forest_plot_clips_huge_changes_at_its_edge_and_says_the_value():
+    mark = forest.Mark("huge", "#effect-1", "holds", 31.79, 20.0, 40.0, 1.0, "huge: ours +3179%", True)
+    bare = forest.Mark("bare", "#effect-2", "-", 0.05, None, None, None, "bare: no interval", False)
+    svg = str(forest.svg([("Paper", [mark, bare])]))
+    assert svg.count('class="effect-mark"') == 2 and "<title>huge: ours +3179%</title>" in svg
+    marks = svg.split('class="effect-mark"')[1:]
+    assert marks[0].count("<path") == 2 and "<line" in marks[0]  # the paper's diamond and an arrow at the edge
+    assert "<line" not in marks[1].split("</text>", 1)[1] and "<path" not in marks[1]  # a point, no paper
+    assert 'href="#effect-1"' in svg and "no interval" in marks[1]
+
+
+def test_a_warm_run_says_so_beside_its_cold_time(tmp_path):
+    """A run that found global models in the cache is marked warm; a cold run's time is its time
+    less the training it did plus every model's recorded training (report/progress.py's estimate)."""
+    results = _one_result(tmp_path, "measured", "Why")
+    nb = nbformat.v4.new_notebook()
+    lines = [
+        "[model cache] lstm: reusing /cache/a1 (trained 2026-01-01 on 2 threads in 3000s)\n",
+        "[model cache] lstm: trained in 500s, stored in /cache/b2\n",
+    ]
+    nb.cells = [nbformat.v4.new_markdown_cell("# One\n\n## Why")] + [
+        nbformat.v4.new_code_cell(
+            "exp.train()",
+            outputs=[nbformat.v4.new_output("stream", name="stdout", text=line)],
+            metadata={"papermill": {"duration": seconds}},
+        )  # fmt: skip
+        for line, seconds in zip(lines, (10.0, 520.0))
+    ]
+    nbformat.write(nb, results / "one" / "one.ipynb")
+    (results / "one" / "run.json").write_text(json.dumps({"experiment": "one", "notebook": {"wall_time_s": 600}}))
+    entries = publish.build(results, tmp_path / "site", summary_path=tmp_path / "S.md", papers_dir=tmp_path / "papers")
+    t = entries[0].run_time
+    assert (t.warm, t.reused, t.models, t.trained_s, t.cold_s) == (True, 1, 2, 500.0, 600 - 500 + 3000 + 500)
+    page = (tmp_path / "site" / "one" / "index.html").read_text()
+    assert "10 min 00 s, warm: 1 global model from the model cache" in page and "~1 h 00 min, estimated" in page
+    assert "cold ~1 h 00 min" in (tmp_path / "site" / "index.html").read_text()

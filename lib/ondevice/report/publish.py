@@ -7,12 +7,13 @@ field, table or notebook shows as "-", never as a crash. Each result is read onc
 model (pages/content.py) that Jinja2 templates (pages/templates/) render as Markdown and HTML.
 
     python -m ondevice.report.publish --scale default [--results DIR] [--out DIR] [--summary PATH]
-                                       [--screenshot docs/site-index.png]
+                                       [--screenshot docs/site-index.png [--screenshot-of NAME]]
 
-Layout of the site: index.html (experiments and every claimed effect), SUMMARY.md, style.css and
-one folder per result: index.html (effects, headline numbers, figures, data, parameters,
-environment), notebook.html, the executed .ipynb, run.json, figures/ and tables/. Beside each
-result in results/<scale>/ goes its README.md page, and SUMMARY.md beside them.
+Layout of the site: index.html (every claimed effect as a forest plot, the experiments, every
+effect in numbers), SUMMARY.md, style.css and one folder per result: index.html (effects, headline
+numbers, figures, data, parameters, environment), notebook.html, the executed .ipynb, run.json,
+figures/ and tables/. Beside each result in results/<scale>/ goes its README.md page, and
+SUMMARY.md beside them.
 """
 
 from __future__ import annotations
@@ -108,17 +109,18 @@ def build(
     return entries
 
 
-def screenshot(page: Path, dest: Path, width: int = 1280) -> None:
-    """A full-page PNG of a built page (the README's picture of the index), taken with the same
-    system Chromium the browser test uses (ONDEVICE_CHROMIUM, default /usr/bin/chromium)."""
+def screenshot(page: Path, dest: Path, width: int = 1280, height: int = 900, full_page: bool = False) -> None:
+    """A PNG of a built page as a reader first sees it, `width` x `height` (the pictures of the site
+    beside the README: docs/site-index.png, docs/site-experiment.png), or the whole page, taken with
+    the same system Chromium the browser test uses (ONDEVICE_CHROMIUM, default /usr/bin/chromium)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=os.environ.get("ONDEVICE_CHROMIUM") or "/usr/bin/chromium")
         try:
-            view = browser.new_page(viewport={"width": width, "height": 720})
+            view = browser.new_page(viewport={"width": width, "height": height})
             view.goto(Path(page).resolve().as_uri(), wait_until="load")
-            png = view.screenshot(full_page=True)
+            png = view.screenshot(full_page=full_page)
         finally:
             browser.close()
     atomic_write(Path(dest), lambda p: p.write_bytes(png))
@@ -130,7 +132,10 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, help="results directory (default: results/<scale>)")
     ap.add_argument("--out", type=Path, help="site directory (default: site/<scale>)")
     ap.add_argument("--summary", type=Path, help="where SUMMARY.md goes (default: <results>/SUMMARY.md)")
-    ap.add_argument("--screenshot", type=Path, help="also save a PNG of the index page here (e.g. docs/site-index.png)")
+    ap.add_argument("--screenshot", type=Path, help="also save a PNG of the index's first screen (docs/site-index.png)")
+    ap.add_argument(
+        "--screenshot-of", metavar="NAME", help="... of this experiment's page instead (docs/site-experiment.png)"
+    )
     args = ap.parse_args(argv)
     results_dir = args.results or RESULTS / args.scale
     out = args.out or SITE / args.scale
@@ -146,8 +151,9 @@ def main(argv=None) -> int:
         f"and {args.summary or results_dir / 'SUMMARY.md'} in {time.perf_counter() - start:.1f}s"
     )
     if args.screenshot:
-        screenshot(out / "index.html", args.screenshot)
-        print(f"[publish] screenshot of the index page: {args.screenshot}")
+        page = out / args.screenshot_of / "index.html" if args.screenshot_of else out / "index.html"
+        screenshot(page, args.screenshot)
+        print(f"[publish] screenshot of {page.relative_to(out)} at 1280x900: {args.screenshot}")
     return 0
 
 

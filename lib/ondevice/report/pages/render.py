@@ -65,19 +65,19 @@ def clauses(text: str, marks: str = ";") -> list[str]:
     return [p for p in [*parts, text[start:].strip()] if p]
 
 
-SENTENCE = re.compile(r"(?<=[a-z)]{2}\.) (?=[A-Z])")
+SENTENCE = re.compile(r"(?<=[a-z0-9)]{2}\.) (?=[A-Z])")
 
 
 def one_line(text: str, limit: int = ONE_LINE) -> str:
     """A diagnosis as a table cell shows it: its first clause (to the first ':' or ';' outside
     parentheses, or the first sentence's end), cut at a word with '…' when still over `limit`."""
-    first = SENTENCE.split(clauses(" ".join(str(text).split()), ":;")[0])[0].rstrip(":;")
+    first = SENTENCE.split(clauses(" ".join(str(text).split()), ":;")[0])[0].rstrip(":;.")
     if len(first) <= limit:
         return first
-    cut = first[: limit - 1].rsplit(" ", 1)[0]
-    if cut.count("(") > cut.count(")"):  # not inside a parenthesis
-        cut = cut[: cut.rfind("(")]
-    return cut.rstrip(",;: ") + "…"
+    cut, opened = first[: limit - 1].rsplit(" ", 1)[0], []
+    for i, ch in enumerate(cut):  # not inside a parenthesis: before the first one left open
+        opened = [*opened, i] if ch == "(" else opened[:-1] if ch == ")" else opened
+    return cut[: opened[0] if opened else None].rstrip(",;: ") + "…"
 
 
 def clauses_led(text: str) -> tuple[str, str, list[str]]:
