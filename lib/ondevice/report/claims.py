@@ -75,7 +75,8 @@ NEAR_ZERO = 0.01  # a paper change within 1 point of zero: no ratio is meaningfu
 FACTOR = 3.0  # ours within a factor of 3 of the paper's change, and of its sign, agrees in size
 
 
-def _finite(x) -> float | None:
+def finite(x) -> float | None:
+    """A finite float, or None for anything else (a missing cell, text, NaN)."""
     try:
         x = float(x)
     except (TypeError, ValueError):
@@ -100,7 +101,7 @@ def audit(paper_change, our_change, ci_low, ci_high, diagnosis: str = "") -> str
     not hold, within noise) is a separate question and never changes here. Missing values (None,
     NaN, "") give a reason instead of a judgement.
     """
-    paper, ours, low, high = (_finite(v) for v in (paper_change, our_change, ci_low, ci_high))
+    paper, ours, low, high = (finite(v) for v in (paper_change, our_change, ci_low, ci_high))
     if paper is None:
         return "no paper change to compare"
     if ours is None:

@@ -19,13 +19,12 @@ code fingerprint).
 from __future__ import annotations
 
 import functools
-import math
 import tomllib
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from ondevice.report.claims import FACTOR, Kind, agrees_in_size
+from ondevice.report.claims import FACTOR, Kind, agrees_in_size, finite
 
 PAPERS = Path(__file__).resolve().parents[1] / "papers"
 VERDICTS = ("holds", "does not hold", "within noise", "inconclusive")
@@ -36,14 +35,6 @@ def text(row: dict, key: str) -> str:
     """A text cell; "" for a missing one (a CSV's empty cell may come back as NaN)."""
     value = row.get(key)
     return " ".join(value.split()) if isinstance(value, str) else ""
-
-
-def finite(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)

@@ -3,26 +3,17 @@ judged diagnosis and notebook anchors. Values that are missing or not numbers re
 
 from __future__ import annotations
 
-import math
 import re
 from urllib.parse import quote
 
 from ondevice.report.claims import Kind, percent
+from ondevice.report.claims import finite as as_float
 from ondevice.report.judge import Judged, flagged_kind
 
 DASH = "-"
 EXPLAINED = "differs, explained by "
 # a flagged row whose diagnosis names no cause outside our implementation (its kind is open): ours to fix
 OPEN = "differs, open: "
-
-
-def as_float(value) -> float | None:
-    """A finite float, or None for anything else (a missing cell, text, NaN)."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def pct(value) -> str:
