@@ -23,7 +23,7 @@ PROBE_S = 120.0  # a worker's probe job: a new Python importing the suite (more 
 FIX = (
     "Every worker needs the client's environment: a clone of this repository at the same commit, set up "
     "with `make setup`, and the worker started from it (`.venv/bin/dask worker {address}`); see README.md, "
-    "Scale-out. Workers need no data: jobs receive theirs."
+    "'Starting a cluster'. Workers need no data: jobs receive theirs."
 )
 
 
@@ -40,7 +40,7 @@ def connect(address: str):
     except OSError as exc:
         raise ClusterError(
             f"cannot reach a Dask scheduler at {address} ({exc}); start one there (`dask scheduler`) "
-            f"and check the address (README.md, Scale-out)"
+            f"and check the address (README.md, 'Starting a cluster')"
         ) from exc
     try:
         check(client, address)
@@ -61,7 +61,7 @@ def check(client, address: str, wait_s: float = WAIT_FOR_WORKERS_S, probe_s: flo
     except TimeoutError:
         raise ClusterError(
             f"no worker joined the scheduler at {address} in {wait_s:.0f} s: start some, e.g. "
-            f"`.venv/bin/dask worker {address}` (README.md, Scale-out)"
+            f"`.venv/bin/dask worker {address}` (README.md, 'Starting a cluster')"
         ) from None
     # First in the worker itself, out of band: a task the worker cannot unpickle would close its
     # connection (the worker would stop); a function run this way fails alone, with the reason.
