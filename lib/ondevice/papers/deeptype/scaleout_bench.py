@@ -134,8 +134,10 @@ def _ray_worker(p: psutil.Process) -> bool:
 
 
 def _dask_worker(p: psutil.Process) -> bool:
-    """Dask's worker processes and their job processes (both spawned by multiprocessing)."""
-    return "spawn_main" in " ".join(p.cmdline())
+    """Dask's worker processes (spawned by multiprocessing) and their job processes (started by
+    ondevice.engine.process)."""
+    command = " ".join(p.cmdline())
+    return "spawn_main" in command or "ondevice.engine.process" in command
 
 
 def stage_table(params, workers: list[int], log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -252,7 +254,7 @@ def _dask_row(workers: int, trivial_jobs: int, tf_jobs: int) -> dict:
                 eng.client.gather(eng.client.map(worker.call, [exec] * n, [code] * n, [{}] * n, [1] * n, pure=False))
 
         row = _measure(submit, _dask_worker, workers, trivial_jobs, tf_jobs, start)
-    recycling = "per job: a spawned job process (ondevice.engine)"
+    recycling = "per job: a new job process (ondevice.engine.process)"
     return {"engine": f"dask distributed {distributed.__version__}", **row, "recycling": recycling}
 
 
