@@ -31,14 +31,21 @@ def test_breakdown_per_notebook_and_stage_is_written_and_printed(tmp_path):
     executed(tmp_path / "a" / "a.ipynb", [("import time", 2.0), ("m = exp.train(p)", 30.0), ("exp.report(m)", 1.5)])
     executed(tmp_path / "b" / "b.ipynb", [("x = common.load(p)", 4.0)])
     (tmp_path / "c.failed").mkdir()  # a failed run's folder has no <name>/<name>.ipynb: not counted
-    run = {"notebook": {"at_once": {"notebooks": 2, "threads": 1}}}
+    run = {"notebook": {"at_once": {"notebooks": 2, "threads": 1}, "load_average": {"mean": 2.2, "max": 3.5}}}
     (tmp_path / "a" / "run.json").write_text(json.dumps(run))  # as the runner records it
     lines = []
     times = timings.report(tmp_path, log=lines.append)
     stored = pd.read_csv(tmp_path / "timings.csv")
     assert list(stored.stage) == ["import time", "train", "report", "load"]
     assert stored.seconds.sum() == 37.5 and set(stored.notebook) == {"a", "b"}
-    assert len(times) == 4 and any("a " in line and "0.6 min  (2 at once, 1 thread)" in line for line in lines)
+    assert len(times) == 4 and any(
+        "a " in line and "0.6 min (cold 0.6)  (2 at once, 1 thread, load 2.2" in line for line in lines
+    )
+    assert list(stored.kind) == ["other", "other", "other", "other"]
+    assert timings.kind_of("planted_control") == "control or sensitivity" and timings.kind_of("choose_rates") == (
+        "screen or choice"
+    )
+    assert timings.kind_of("personalize") == "per-user training" and timings.kind_of("train_globals") == "global model"
     assert any(line.strip().startswith("[timings]   b") and line.endswith("min") for line in lines)  # no run.json
     assert f"{os.cpu_count()} cores" in lines[0]
 
@@ -75,3 +82,9 @@ def test_a_cells_model_cache_lines_give_the_training_it_did_and_the_entries_it_u
     lines = []
     timings.report(tmp_path, log=lines.append)
     assert "95% training global models" in lines[0] and "a" in lines[1] and "95% training global models" in lines[1]
+    assert "(cold 2.2)" in lines[1] and lines[2].strip() == "[timings]     by kind: global model 2.1 min, other 0.1 min"
+    # a warm run's record: the same cell reused the entry; a cold run would have trained it again
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=reused)]
+    nbformat.write(nb, tmp_path / "a" / "a.ipynb")
+    warm = timings.table(tmp_path)
+    assert warm.trained_s.sum() == 0 and timings.cold_seconds(warm) == 131.5 + 125.0

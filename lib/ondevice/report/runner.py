@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -179,11 +180,30 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
         raise
 
 
+class LoadSampler:
+    """The machine's 1-minute load average every `every` seconds while a notebook runs: a timing is
+    idle only when the load stays near the notebook's own threads (run.json says both)."""
+
+    def __init__(self, every: float = 15.0):
+        self.every, self.samples, self._stop = every, [os.getloadavg()[0]], threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self.samples.append(os.getloadavg()[0])
+        return {"mean": round(sum(self.samples) / len(self.samples), 2), "max": round(max(self.samples), 2)}
+
+
 def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, staging: Path, final: Path) -> str:
     name, scale_dir = notebook.stem, final.parent
     executed = staging / f"{name}.ipynb"
     print(f"[reproduce] {name} ({scale}): running", flush=True)
-    start, error = time.perf_counter(), None
+    start, error, load = time.perf_counter(), None, LoadSampler()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     try:
         papermill.execute_notebook(
@@ -219,6 +239,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
             "notebooks": int(os.environ.get("ONDEVICE_AT_ONCE") or 1),
             "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.cpu_count() or 1),
         },
+        "load_average": load.stop(),
         "executed_by": "papermill",
         **({"error": f"{type(error).__name__}: {error}"[:2000]} if error else {}),
     }

@@ -53,6 +53,22 @@ WAITED = re.compile(r"^\[model cache\] \S+: another process is training (\S+); w
 
 RESUMED = re.compile(r"^\[stage\] \S+: read back from ", re.M)
 
+# What a stage's time is for, by its name; the seconds a cell spent training global models count as
+# "global model" whatever the stage. The first kind whose pattern the stage matches; else "other"
+# (set-up, data, reports, figures).
+KINDS = (
+    ("control or sensitivity", r"control|planted|sensitiv|ablation|remed|starts|forgetting|parity|scale ="),
+    ("screen or choice", r"choose|choice|select|screen|rates?\b|step_size"),
+    ("timing benchmark", r"bench|profile|time_|timing|latency|energy|on_device|compile"),
+    ("global model", r"global|pretrain|train_sizes|models = starts.train|compress"),
+    ("per-user training", r"personal|cycles|online|method|augment|fedavg|clients|devices|fit|lf_|gdm|fmc|user"),
+    ("seed", r"seed"),
+)
+
+
+def kind_of(stage: str) -> str:
+    return next((kind for kind, pattern in KINDS if re.search(pattern, stage)), "other")
+
 
 def _stream_text(cell: dict) -> str:
     return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
@@ -91,7 +107,8 @@ def notebook_stages(path: Path) -> list[dict]:
             {
                 "notebook": path.stem,
                 "cell": index,
-                "stage": stage_of(source),
+                "stage": (stage := stage_of(source)),
+                "kind": kind_of(stage),
                 "seconds": float(seconds) if seconds is not None else float("nan"),
                 "trained_s": min((models := cell_models(cell))[0], float(seconds) if seconds is not None else math.inf),
                 "models": " ".join(f"{entry}={s:.0f}" for entry, s in models[1].items()),
@@ -104,7 +121,7 @@ def table(scale_dir: Path) -> pd.DataFrame:
     """Every completed notebook of a results tree (results/<scale>/<name>/<name>.ipynb)."""
     rows = [r for p in sorted(scale_dir.glob("*/*.ipynb")) if p.stem == p.parent.name for r in notebook_stages(p)]
     if not rows:
-        return pd.DataFrame(columns=["notebook", "cell", "stage", "seconds", "trained_s", "models"])
+        return pd.DataFrame(columns=["notebook", "cell", "stage", "kind", "seconds", "trained_s", "models"])
     return pd.DataFrame(rows)
 
 
@@ -113,13 +130,35 @@ def machine() -> str:
 
 
 def _at_once(run_json: Path) -> str:
-    """How the notebook ran, from its run.json: beside how many others, on how many threads."""
+    """How the notebook ran, from its run.json: beside how many others, on how many threads, and the
+    machine's mean load while it ran (about its threads when nothing else ran beside it)."""
     try:
-        at_once = json.loads(run_json.read_text())["notebook"]["at_once"]
+        notebook = json.loads(run_json.read_text())["notebook"]
+        at_once = notebook["at_once"]
     except (OSError, ValueError, KeyError, TypeError):
         return ""
     threads = f"{at_once['threads']} thread{'s' if at_once['threads'] != 1 else ''}"
-    return f"  ({at_once['notebooks']} at once, {threads})" if at_once["notebooks"] > 1 else f"  (alone, {threads})"
+    how = f"{at_once['notebooks']} at once, {threads}" if at_once["notebooks"] > 1 else f"alone, {threads}"
+    load = notebook.get("load_average")
+    return f"  ({how}" + (f", load {load['mean']:.1f} mean, {load['max']:.1f} max)" if load else ")")
+
+
+def cold_seconds(times: pd.DataFrame) -> float:
+    """A cold run's time from one notebook's stage rows: its cells less the global-model training
+    they did, plus the recorded training time of every model-cache entry they used."""
+    used = {}
+    for models in times.models.fillna(""):
+        for entry in str(models).split():
+            name, _, seconds = entry.rpartition("=")
+            used[name] = float(seconds)
+    return float(times.seconds.sum() - times.trained_s.sum() + sum(used.values()))
+
+
+def by_kind(times: pd.DataFrame) -> dict[str, float]:
+    """Seconds by kind (KINDS) of one notebook's stages; training global models is its own kind."""
+    rest = (times.seconds - times.trained_s).groupby(times.kind).sum()
+    kinds = rest.to_dict() | {"global model": float(rest.get("global model", 0.0) + times.trained_s.sum())}
+    return {k: v for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 3}
 
 
 def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
@@ -132,13 +171,20 @@ def report(scale_dir: Path, top: int = 12, log=print) -> pd.DataFrame:
     per_notebook = times.groupby("notebook").seconds.sum().sort_values(ascending=False)
     trained = times.groupby("notebook").trained_s.sum()
     share = lambda s, t: f", {t / s:.0%} training global models" if t and s else ""  # noqa: E731
+    cold = sum(cold_seconds(g) for _, g in times.groupby("notebook"))
     log(
         f"[timings] {scale_dir.name} on {machine()}: {per_notebook.sum() / 60:.1f} min in {len(per_notebook)} notebooks"
-        f"{share(per_notebook.sum(), trained.sum())} (notebooks run at once overlap: the wall time is less)"
+        f"{share(per_notebook.sum(), trained.sum())}, {cold / 60:.1f} min cold (a model two notebooks use counts in "
+        "each; notebooks run at once overlap: the wall time is less)"
     )
     for name, seconds in per_notebook.items():
         how = _at_once(scale_dir / name / "run.json")
-        log(f"[timings]   {name:<28} {seconds / 60:6.1f} min{share(seconds, trained[name])}{how}")
+        mine = times[times.notebook == name]
+        log(
+            f"[timings]   {name:<28} {seconds / 60:6.1f} min (cold {cold_seconds(mine) / 60:.1f})"
+            f"{share(seconds, trained[name])}{how}"
+        )
+        log("[timings]     by kind: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in by_kind(mine).items()))
     log(f"[timings] slowest stages (all in {scale_dir / 'timings.csv'}):")
     for row in times.nlargest(top, "seconds").itertuples():
         log(f"[timings]   {row.notebook:<28} {row.stage:<32} {row.seconds / 60:6.1f} min")
