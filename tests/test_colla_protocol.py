@@ -103,3 +103,17 @@ def test_a_warm_started_fit_whose_epochs_all_score_worse_keeps_its_start():
         trainer, start, (x, np.full(96, 1, np.int32)), (x, np.full(96, 1, np.int32)), params, rng, 10, 3
     )
     assert history.best_epoch >= 1 and history[history.best_epoch - 1]["validation_loss"] < history.start_loss
+
+
+def test_each_fit_times_only_its_own_steps():
+    # a run's trainers are shared by every fit: a timer kept across fits made each epoch's steady-state
+    # median cost more the longer the run
+    params = colla.Params.for_scale("smoke", history=HISTORY, learning_rate=0.05)
+    model = mrnn.build(params.cloud_config(6), 4)
+    trainer = Trainer(model, common.location_task(params, 6), params.learning_rate)
+    rng = np.random.default_rng(0)
+    x = np.stack([rng.integers(0, k, (96, HISTORY)) for k in [6, 24, 60, 7, 144, 144]], -1).astype(np.int32)
+    data = (x, np.full(96, 1, np.int32))
+    for _ in range(2):
+        _, history = common.fit_until_plateau(trainer, model.get_weights(), data, data, params, rng, 3, 2)
+        assert len(trainer.timer.durations) == protocol.training_row(history)["steps"]
