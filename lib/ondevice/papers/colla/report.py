@@ -12,7 +12,6 @@ from ondevice.models import mrnn
 from ondevice.papers.colla.common import CollaParams, Devices
 from ondevice.papers.colla.protocol import BASELINES, CONTEXT, MARKOV, METHODS
 from ondevice.report import claims
-from ondevice.report.pages.cells import diagnosis
 
 COST_APPROACHES = ("Same-Whole", "Same-FC", "Customization")  # colla_cost's update approaches
 
@@ -78,8 +77,8 @@ def diagnose(
     inputs: str,
     scale: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Fill the diagnosis of each effect the audit rule flags (interval excludes the paper's change,
-    >3x off or of the other sign) with this run's measurements: the two medians, the samples per
+    """Fill the diagnosis of every effect with this run's measurements (the pages show it where the
+    judging at publish flags the row, report/judge.py): the two medians, the samples per
     device and cycle against the paper's sampled device, the known-answer controls and, if run, the
     data-scale probe. The cause is the data (a device's samples per cycle, outside our code) only
     when both controls pass with the inputs the run's models read (`inputs`); otherwise it is open:
@@ -100,8 +99,6 @@ def diagnose(
         )
     effects = effects.copy()
     for i, row in effects.iterrows():
-        if diagnosis(row.to_dict()) != "unexplained":
-            continue
         other = row.effect.rsplit(" ", 1)[-1]
         effects.loc[i, ["diagnosis", "diagnosis kind"]] = [
             f"medians Colla {medians['Colla']:.2f} vs {other} {medians[other]:.2f}; a device has a median "
