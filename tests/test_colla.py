@@ -280,16 +280,29 @@ def test_no_device_sample_reaches_the_cloud_side():
 
 
 def test_customization_can_remove_at_most_the_fc_share_of_a_prediction():
-    """The diagnosis of the FLOP claim: the FC over every place is what Customization can trim."""
-    from types import SimpleNamespace
+    """The FLOP claim's diagnosis: the FC over every place is what Customization can trim, a share
+    that falls with the history the LSTM reads; whether a history reaches the paper's +100% decides the kind."""
+    import json
+    from pathlib import Path
 
+    from ondevice.papers.colla import fc_share
     from ondevice.papers.colla.experiments import colla_cost
 
     params = colla_cost.Params.for_scale("smoke")
     same = params.device_config(40, customised=False)
     full, lstm_only = mrnn.inference_flops(same), mrnn.inference_flops(same, 0)
     assert full - lstm_only == 2 * same.hidden_units * 40 + 40  # the FC's products and biases
-    note = colla_cost.fc_share(params, SimpleNamespace(places=40), pd.DataFrame({"places_held": [3, 5, 9]}))
-    share = f"{(full - lstm_only) / full:.0%}"
-    assert note.text.startswith(f"the FC over all 40 places is {share} of a prediction's FLOPs")
-    assert "a device holds a median 5 in its last cycle" in note.text and note.kind.value == "data"
+    costs = pd.DataFrame({"cycle": [1, 2, 2, 2], "places_held": [1, 3, 5, 9]})
+    table = fc_share.curve(params, 40, costs)
+    assert list(table.history) == list(range(1, 13)) and table.ours.sum() == 1
+    ours = table[table.ours].iloc[0]
+    assert ours.history == params.history and ours["fc share of Same"] == pytest.approx((full - lstm_only) / full)
+    assert ours[fc_share.CHANGE] == pytest.approx(full / mrnn.inference_flops(same, 5) - 1)
+    assert (np.diff(table["fc share of Same"]) < 0).all() and (np.diff(table[fc_share.CHANGE]) < 0).all()
+    note = fc_share.diagnosis(table)  # 40 places: no history reaches +100%, the places alone keep ours
+    assert f"a median 5 in its last cycle, {ours[fc_share.CHANGE]:+.1%}" in note.text and note.kind.value == "data"
+    assert "reached at no history in 1..12" in note.text
+    wide = fc_share.diagnosis(fc_share.curve(params, 400, costs))  # short histories reach it: the reading decides
+    assert wide.kind.value == "paper read two ways" and "step(s) or fewer" in wide.text
+    notebook = json.loads((Path(__file__).parents[1] / "notebooks/colla/colla_cost.ipynb").read_text())
+    assert f"## {note.section}" in {"".join(c["source"]).split("\n")[0] for c in notebook["cells"]}

@@ -23,7 +23,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.device import parity
 from ondevice.models import mrnn
-from ondevice.papers.colla import common
+from ondevice.papers.colla import common, fc_share
 from ondevice.papers.colla.common import Bootstrapped, CollaParams, Devices, bootstrap, load_devices
 from ondevice.papers.colla.report import COST_APPROACHES as APPROACHES
 from ondevice.papers.colla.techniques.distillation import CloudTeacher, DistillationHook
@@ -195,16 +195,6 @@ def _per_device(costs: pd.DataFrame, column: str) -> np.ndarray:
     return costs[costs.cycle == costs.cycle.max()].sort_values("device")[column].to_numpy(float)[None, :]
 
 
-def fc_share(params: Params, devices: Devices, last: pd.DataFrame) -> claims.Diagnosis:
-    """How much of a prediction's work Customization can remove: the FC's share of Same's FLOPs,
-    which the data's places set (the FC grows with them; the LSTM does not)."""
-    same = params.device_config(devices.places, customised=False)
-    share, held = 1 - mrnn.inference_flops(same, 0) / mrnn.inference_flops(same), last.places_held.median()
-    text = f"the FC over all {same.outputs} places is {share:.0%} of a prediction's FLOPs (the LSTM the rest); "
-    text += f"a device holds a median {held:g} in its last cycle; the paper's 2x needs 50%"
-    return claims.Diagnosis(text, kind=claims.Kind.DATA)
-
-
 def conclude(
     params: Params,
     devices: Devices,
@@ -231,7 +221,8 @@ def conclude(
         "Customization needs fewer inference FLOPs than Same": ("flops Same", "flops Customization"),
     }
     measured = {claim: (_per_device(costs, b), _per_device(costs, w)) for claim, (b, w) in pairs.items()}
-    rng, notes = streams.rng(params.seed, "bootstrap"), {PAPER.effects[1].claim: fc_share(params, devices, last)}
+    share = fc_share.curve(params, devices.places, costs)
+    rng, notes = streams.rng(params.seed, "bootstrap"), {PAPER.effects[1].claim: fc_share.diagnosis(share)}
     c.effects(measured, rng, n_boot=params.bootstrap, diagnoses=notes)
     c.paper_vs_ours()
     wide = times.pivot(index="device", columns="approach", values="train_time_seconds")
@@ -257,6 +248,7 @@ def conclude(
     tables = {
         "data": devices.table(),
         "costs": costs,
+        "fc_share": share,
         "training_time": times,
         "time_ratios": time_table,
         "timing_effects": timing_effects,
