@@ -1,4 +1,5 @@
-"""The MoIL audio experiment: FMC trains exactly like LF without the cache, GDM's pool stays
+"""The MoIL audio experiment: FMC trains exactly like LF without the cache, LF is scored on the
+frozen part's maps as the whole model scores, GDM's pool stays
 disjoint from the global evaluation clips, the forgetting ablation changes the rate alone (to the
 candidates the rule did not choose), and without ESC-50 the run falls back to labelled stand-in data
 and still completes."""
@@ -6,6 +7,7 @@ and still completes."""
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from numerics import assert_close_float32, assert_same_update
@@ -68,6 +70,26 @@ def test_fmc_gives_the_same_result_as_lf_without_caching(tiny, tmp_path):
     table = exp.cache_table(cached, data)
     ten_s = table[table.per == "10 s of audio"].set_index("what").bytes
     assert ten_s["feature-map cache"] / 1024 == 960  # the thesis's 960 KB per 10 s under LF(3)
+
+
+def test_lf_evaluation_on_the_frozen_parts_maps_scores_as_the_whole_model(tiny):
+    """LF(n) scores its head on the frozen part's maps, computed once before training: after training,
+    the same logits, bit for bit, and AUCs as the whole trained model on the raw patches."""
+    params, data, pre = tiny
+    personal = exp.Personalizer(params, data, pre)
+    run = personal.run(params.alpha, params.n, params.seed, log=lambda *_: None)
+    whole, start = yamnet.build(), yamnet.build()
+    whole.set_weights(run.weights)
+    start.set_weights(pre.weights)
+    trainer, head, maps = personal.trainer(params.n)  # the maps of the run's trainer, from before training
+    trainer.model.set_weights(run.weights)
+    for k, part in personal.parts.items():
+        logits = audio_model.patch_logits(protocol.forward(whole), part)
+        np.testing.assert_array_equal(audio_model.patch_logits(head, part, maps[k]), logits)
+        assert not np.array_equal(audio_model.patch_logits(protocol.forward(start), part), logits)  # it trained
+    expected = personal.score(protocol.forward(whole), personal.evaluation())
+    for k, aucs in expected.items():
+        pd.testing.assert_series_equal(run.scores[k], aucs)
 
 
 def test_gdm_mixes_pool_clips_only(tiny):

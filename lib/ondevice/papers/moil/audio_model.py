@@ -29,6 +29,7 @@ from ondevice.papers.moil.audio_data import (
     synthetic_clips,
     synthetic_mapping,
 )
+from ondevice.papers.moil.techniques import feature_cache, layer_freezing
 from ondevice.tasks.classification import ClassificationTask
 from ondevice.training import model_cache
 from ondevice.training.trainer import Trainer, seed_everything
@@ -195,6 +196,8 @@ class Personalizer(protocol.Personalizer):
         super().__init__(params, pre.weights, yamnet.units)
         self.data = data
         self.parts = {"global": data.global_eval, "local": data.local_val}
+        self.maps = tempfile.TemporaryDirectory(prefix="moil-audio-eval-")  # `evaluator`'s, removed with self
+        self.heads: dict = {}  # LF(n)'s heads by n: a compiled predictor holds its model weakly
 
     def build(self):
         return yamnet.build()
@@ -208,6 +211,20 @@ class Personalizer(protocol.Personalizer):
 
     def evaluation(self) -> dict:
         return {k: part.patches for k, part in self.parts.items()}
+
+    def evaluator(self, model, n):
+        """With LF(n) the frozen part keeps the pre-trained weights (its batch norm the moving
+        statistics), so its feature maps of the evaluation patches are the same after every epoch
+        of every run: computed once (on disk, as FMC's), each evaluation runs only the head on them,
+        with the whole model's logits. Every layer training (n None): the whole model, every time."""
+        if n is None:
+            return super().evaluator(model, n)
+        frozen, self.heads[n] = layer_freezing.split(model, n, self.units)
+        folder, batch = Path(self.maps.name), protocol.EVALUATION_BATCH
+        inputs = {
+            k: feature_cache.build(frozen, x, folder / f"{k}-lf{n}.npy", batch) for k, x in self.evaluation().items()
+        }
+        return self.predictor(self.heads[n]), inputs
 
     def score(self, predict, inputs: dict) -> dict:
         return {k: class_aucs(part, clip_scores(predict, part, inputs[k])) for k, part in self.parts.items()}
@@ -256,7 +273,7 @@ def benchmark(params: AudioParams, data: AudioData, pre: Pretrained, log=print) 
                     trainer = Trainer(cache.head, tagging_task(cache.head.input_shape[1:]), params.learning_rate)
                     inputs, per_patch = cache.train, cache.seconds / len(picked)
                 else:
-                    (trainer, _), inputs = personal.trainer(n), mixed.inputs[picked]
+                    trainer, inputs = personal.trainer(n)[0], mixed.inputs[picked]
                 batches = [(inputs[i * bs : (i + 1) * bs], y) for i, y in enumerate(labels)]
                 durations = protocol.time_steps(trainer, batches, params.warmup_steps)
                 name = (

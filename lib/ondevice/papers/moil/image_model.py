@@ -183,7 +183,7 @@ def baseline_step_seconds(params: ImageParams, data: Data, personal: Personalize
     """The baseline's step times, measured in this run like every other configuration: warm-up +
     `timing_steps` steps of full training on global + local batches (the model cache may have
     trained the baseline on another day)."""
-    trainer, _ = personal.trainer(None)
+    trainer = personal.trainer(None)[0]
     x = concat([data.global_train[0], data.local_train[0]])
     y = np.concatenate([data.global_train[1], data.local_train[1]])
     batches = trainer.task.batches((x, y), params.batch_size, streams.rng(params.seed, "moil_image/timing"))

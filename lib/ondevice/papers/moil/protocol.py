@@ -242,23 +242,30 @@ class Personalizer:
         """Per-item scores of each evaluation set from its inputs (raw or cached feature maps)."""
         raise NotImplementedError
 
+    def evaluator(self, model: keras.Model, n: int | None) -> tuple[Any, dict[str, Any]]:
+        """What scores LF(n)'s `model` (None: every layer), which holds the pre-trained weights: a
+        predictor and the evaluation inputs it takes, here the model itself on the raw inputs."""
+        return self.predictor(model), self.evaluation()
+
     def trainer(self, n: int | None):
-        """The compiled trainer of LF(n) (None: every layer) and its predictor, from the pre-trained weights."""
+        """The compiled trainer of LF(n) (None: every layer), from the pre-trained weights, its
+        predictor and the evaluation inputs that takes (`evaluator`)."""
         if n not in self._trainers:
             model = self.build()
             hooks = [layer_freezing.lf_hook(n, self.units)] if n else []
             trainer = Trainer(model, self.task(model.input_shape[1:]), self.params.learning_rate, hooks=hooks)
-            self._trainers[n] = (trainer, self.predictor(model))
-        trainer, predict = self._trainers[n]
+            trainer.reset(self.weights)
+            self._trainers[n] = (trainer, *self.evaluator(model, n))
+        trainer, predict, inputs = self._trainers[n]
         trainer.reset(self.weights)
         trainer.timer = StepTimer(self.params.warmup_steps)
-        return trainer, predict
+        return trainer, predict, inputs
 
     def run(self, alpha: float, n: int | None, seed: int, log=print) -> Run:
         """GDM(alpha), with LF(n) unless n is None."""
         seed_everything(seed)
-        trainer, predict = self.trainer(n)
-        return self._train(alpha, n, seed, self.mixed(alpha, seed), trainer, predict, log)
+        trainer, predict, inputs = self.trainer(n)
+        return self._train(alpha, n, seed, self.mixed(alpha, seed), trainer, predict, inputs, log)
 
     def run_fmc(self, alpha: float, n: int, seed: int, folder: Path, log=print) -> Run:
         """GDM(alpha)+LF(n)+FMC, Algorithm 2: cache the frozen part's feature maps of D_M (and of the
@@ -274,15 +281,15 @@ class Personalizer:
             hooks=[feature_cache.CachedFeatures(cache.train, mixed.labels)],
             warmup_steps=p.warmup_steps,
         )
-        return self._train(alpha, n, seed, mixed, trainer, self.predictor(cache.head), log, cache, model)
+        predict = self.predictor(cache.head)
+        return self._train(alpha, n, seed, mixed, trainer, predict, cache.evaluation, log, cache, model)
 
-    def _train(self, alpha, n, seed, mixed: TrainingSet, trainer, predict, log, cache=None, model=None) -> Run:
-        """Train and score epoch by epoch; with a cache, the head trains on D_M's cached feature maps
-        (its batch source) and is scored on the evaluation sets' maps, and `model` is the whole model."""
+    def _train(self, alpha, n, seed, mixed: TrainingSet, trainer, predict, inputs, log, cache=None, model=None) -> Run:
+        """Train and score epoch by epoch, `predict` on the evaluation `inputs`; with a cache, the head
+        trains on D_M's cached feature maps (its batch source), and `model` is the whole model."""
         p, fmc = self.params, cache is not None
         name = label(alpha, n, fmc, self.separator)
         data = None if fmc else (mixed.inputs, mixed.labels)
-        inputs = cache.evaluation if fmc else self.evaluation()
         rng = streams.rng(seed, f"{self.streams}/batches")
         evaluate = lambda: self.score(predict, inputs)
         history, scores = track(
