@@ -1,8 +1,7 @@
 """The MoIL audio experiment: FMC trains exactly like LF without the cache, LF is scored on the
-frozen part's maps as the whole model scores, GDM's pool stays
-disjoint from the global evaluation clips, the forgetting ablation changes the rate alone (to the
-candidates the rule did not choose), and without ESC-50 the run falls back to labelled stand-in data
-and still completes."""
+frozen part's maps as the whole model scores, GDM's pool stays disjoint from the global evaluation
+clips, the forgetting ablation changes the rate alone (to the candidates the rule did not choose),
+and without ESC-50 the run falls back to labelled stand-in data and still completes."""
 
 import dataclasses
 
