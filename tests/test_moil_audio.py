@@ -1,7 +1,8 @@
 """The MoIL audio experiment: FMC trains exactly like LF without the cache, LF is scored on the
 frozen part's maps as the whole model scores, GDM's pool stays disjoint from the global evaluation
 clips, the forgetting ablation changes the rate alone (to the candidates the rule did not choose),
-and without ESC-50 the run falls back to labelled stand-in data and still completes."""
+the forgetting rows are measured at every rate and against the global set's size, and without
+ESC-50 the run falls back to labelled stand-in data and still completes."""
 
 import dataclasses
 
@@ -12,8 +13,9 @@ import pytest
 from numerics import assert_close_float32, assert_same_update
 from ondevice.data import manifests
 from ondevice.models import yamnet
-from ondevice.papers.moil import audio_data, audio_model, protocol
+from ondevice.papers.moil import audio_data, audio_model, forgetting, global_proxy, protocol
 from ondevice.papers.moil.experiments import moil_audio as exp
+from ondevice.papers.moil.rate_choice import AUC, LOSS, RATE
 from ondevice.params import ParameterError
 from ondevice.report import claims
 
@@ -143,6 +145,19 @@ def test_forgetting_ablation_retrains_at_the_other_candidate_rates_only(tiny):
         "LF(3) keeps more global AUC than full training",
     }
 
+    choice = pd.DataFrame({RATE: [1e-9, 5e-4], AUC: [0.9, 0.8], LOSS: [0.2, 0.1]})
+    by_rate = forgetting.by_rate(table, choice, seeds=3)
+    assert list(by_rate[RATE]) == [5e-4, 1e-9] and list(by_rate[LOSS]) == [0.1, 0.2]  # one row per candidate
+    assert list(by_rate.seeds) == [3, 1] and list(by_rate["GDM(0) forgetting %"])[0] == pytest.approx(10)
+    size = ablation.size  # the forgetting rows on subsets of the global clips, at every rate
+    assert set(size["Adam rate"]) <= {5e-4, 1e-9} and (size.clips <= len(data.global_eval)).all()
+    full = size[size.fraction == 1.0]
+    assert (full.draws == 1).all() and (full.clips == len(data.global_eval)).all()
+    at_full = full.set_index("Adam rate")["GDM(0) loses global AUC (catastrophic forgetting)"]
+    gdm0 = {r: runs["GDM(0)"].scores["global"] for r, runs in ablation.runs.items()}
+    for rate, change in at_full.items():  # the whole set's change is the ablation's own
+        assert change == pytest.approx(np.median(pre.global_auc) / np.median(gdm0[rate]) - 1)
+
     # a smaller chosen rate: the larger candidate is the one trained again
     smaller = dataclasses.replace(params, learning_rates=(1e-9, 5e-4), learning_rate=1e-9)
     sweeps = list(tiny_rate.values())  # the sweeps' runs at 1e-9 are the ablation's above
@@ -198,3 +213,20 @@ def test_bad_parameters_are_named():
     ):
         with pytest.raises(ParameterError, match=name):
             exp.Params.for_scale("smoke", **bad)
+
+
+def test_the_size_rule_says_toward_only_beyond_the_small_sets_spread():
+    claim = global_proxy.MEASURED[0]
+
+    def table(small, low, high, full):
+        rows = [(0.25, small, low, high), (1.0, full, full, full)]
+        return pd.DataFrame(
+            [
+                {"Adam rate": 1e-4, "fraction": f, claim: c, f"{claim}, draws low": lo, f"{claim}, draws high": hi}
+                for f, c, lo, hi in rows
+            ]
+        )
+
+    assert global_proxy.moves_toward(table(0.4, 0.35, 0.45, 0.2), 1e-4, claim, 0.03)
+    assert not global_proxy.moves_toward(table(0.4, 0.1, 0.7, 0.2), 1e-4, claim, 0.03)  # within the draws' spread
+    assert not global_proxy.moves_toward(table(0.2, 0.15, 0.25, 0.4), 1e-4, claim, 0.03)  # away from the thesis

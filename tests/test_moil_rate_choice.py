@@ -20,10 +20,11 @@ def _table(rows):
     return pd.DataFrame(rows, columns=[RATE, AUC, LOSS])
 
 
-def test_the_rule_takes_the_best_held_out_auc_then_the_lower_loss_then_the_smaller_rate():
-    assert rate_choice.choose(_table([[5e-4, 0.95, 0.1], [1.5e-4, 0.97, 0.3], [5e-5, 0.96, 0.05]])) == 1.5e-4
-    assert rate_choice.choose(_table([[5e-4, 0.97, 0.2], [1.5e-4, 0.97, 0.1], [5e-5, 0.96, 0.0]])) == 1.5e-4
-    assert rate_choice.choose(_table([[5e-4, 0.97, 0.1], [5e-5, 0.97, 0.1]])) == 5e-5
+def test_the_rule_takes_the_lowest_held_out_loss_and_breaks_a_tie_by_the_smaller_rate():
+    assert rate_choice.choose(_table([[5e-4, 0.95, 0.1], [1.5e-4, 0.97, 0.3], [5e-5, 0.96, 0.05]])) == 5e-5
+    assert rate_choice.choose(_table([[5e-4, 1.0, 0.2], [1.5e-4, 1.0, 0.1], [5e-5, 1.0, 0.15]])) == 1.5e-4  # AUC ties
+    assert rate_choice.choose(_table([[5e-4, 0.97, 0.1], [1.5e-4, 0.99, 0.1 + 1e-13], [5e-5, 0.9, 0.2]])) == 1.5e-4
+    assert rate_choice.choose(_table([[5e-4, 0.97, 0.1], [1.5e-4, 0.99, 0.1 + 1e-9]])) == 5e-4  # beyond the tie
     assert rate_choice.choose(_table([[5e-4, 0.9, 0.1]])) == 5e-4
 
 
@@ -61,7 +62,7 @@ def test_select_trains_every_candidate_once_and_chooses_by_the_last_epoch():
     script, trained = {5e-4: (0.90, 0.2), 1.5e-4: (0.95, 0.3), 5e-5: (0.95, 0.1)}, []
     choice = rate_choice.select(params, lambda p: _Scripted(p, script, trained), {"held-out": 3}, QUIET)
     assert trained == [(r, params.alpha, None, params.seed) for r in (5e-4, 1.5e-4, 5e-5)]
-    assert choice.rate == 5e-5 and choice.params.learning_rate == 5e-5  # AUC tie, lower loss
+    assert choice.rate == 5e-5 and choice.params.learning_rate == 5e-5  # the lowest held-out loss
     assert list(choice.table.chosen) == [False, False, True]
     assert list(choice.table[AUC]) == [0.90, 0.95, 0.95]  # the last epoch's, not the first
     assert len(choice.history) == 6 and set(choice.history.epoch) == {0, 1}

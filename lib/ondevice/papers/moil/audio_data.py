@@ -189,6 +189,7 @@ def _real_clips(params: AudioParams, log) -> tuple[esc50.Clips, list[dict]]:
     return clips, [manifests.load("esc50").summary()]
 
 
+AUDIOSET = "AudioSet evaluation set"  # the global set's one name at paper scale
 AUDIOSET_LAYOUT = (
     "<audioset_root>/eval_segments.csv (the official CSV: '#' comment lines, then rows "
     'YTID, start_seconds, end_seconds, "mid,mid,...") and <audioset_root>/audio/<YTID>_<start_seconds '
@@ -306,7 +307,7 @@ def load_data(params: AudioParams, log=print) -> AudioData:
         pool_i, eval_i = _split_by_class(as_meta.target.to_numpy(), params.global_eval_fraction, rng)
         whole = Part.of(as_waves, as_labels, as_meta.target.to_numpy(), as_meta.filename.to_numpy())
         pool, evaluation = whole.subset(pool_i), whole.subset(eval_i)
-        global_names = ["AudioSet evaluation set"]
+        global_names = [AUDIOSET]
     else:
         global_rows = np.flatnonzero(meta.target.isin(global_t))
         pool_i, eval_i = _split_by_class(meta.target.to_numpy()[global_rows], params.global_eval_fraction, rng)

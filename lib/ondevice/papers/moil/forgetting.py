@@ -18,7 +18,7 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.papers.moil.protocol import MoilParams, Personalizer, Run
-from ondevice.papers.moil.rate_choice import rate_text
+from ondevice.papers.moil.rate_choice import AUC, LOSS, RATE, rate_text
 from ondevice.report import claims
 
 PRE = "pre-trained"
@@ -50,6 +50,7 @@ class Ablation:
     runs: dict[float, dict[str, Run]]
     changes: pd.DataFrame  # CLAIMS at every other rate: COLUMNS of `claims.effects_table` rows
     pre_global: pd.Series
+    size: pd.DataFrame | None = None  # the forgetting claims against the global set's size (`global_proxy`)
 
     def summary(self) -> pd.DataFrame:
         """Every run's AUCs after its last epoch, by rate, and its global AUC against the pre-trained model's."""
@@ -154,6 +155,29 @@ def ablate(
         )
     changes = pd.concat(tables, ignore_index=True)[COLUMNS] if tables else pd.DataFrame(columns=COLUMNS)
     return Ablation(params.learning_rate, runs, changes, pre_global)
+
+
+BY_RATE = {  # the forgetting rows of `by_rate`, by claim
+    "GDM(0) loses global AUC (catastrophic forgetting)": "GDM(0) forgetting %",
+    "mixing global data keeps more global AUC than GDM(0)": "mixing-global effect %",
+}
+
+
+def by_rate(effects: pd.DataFrame, choice: pd.DataFrame, seeds: int) -> pd.DataFrame:
+    """One row per candidate rate: its held-out local loss and AUC (the rate choice's) and each
+    forgetting row's change, 95% interval (in %) and verdict there (`Ablation.table`'s rows; the
+    chosen rate's are over `seeds` seeds, the others' over the first)."""
+    held, rows = choice.set_index(RATE), []
+    for rate, t in effects.groupby("Adam rate", sort=False):
+        chosen = bool(t.chosen.iloc[0])
+        row = {RATE: rate, "chosen": chosen, LOSS: held.loc[rate, LOSS], AUC: held.loc[rate, AUC]}
+        row["seeds"] = seeds if chosen else 1
+        for claim, name in BY_RATE.items():
+            r = t[t.effect == claim].iloc[0]
+            row |= {name: 100 * r["our change"], f"{name} ci low": 100 * r["ci low"]}
+            row |= {f"{name} ci high": 100 * r["ci high"], f"{name} verdict": r.verdict}
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _lowest_local(by_role: dict[str, Run]) -> float:

