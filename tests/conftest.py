@@ -43,18 +43,30 @@ def smoke_data():
             manifests.fetch(m)
 
 
+@pytest.fixture(scope="session")
+def smoke_runs(tmp_path_factory, smoke_data):
+    """Each notebook's smoke run, run the first time a test asks for it (`smoke_runs(name)`) and
+    shared by every test after it in this process (tests/smoke_runs.py)."""
+    from smoke_runs import SmokeRuns
+
+    return SmokeRuns(tmp_path_factory)
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under `pytest -n N --dist loadscope`, a notebook's tests share a worker and so one smoke run
-    (module fixtures are per worker); other tests are grouped by module, as loadscope does. (xdist's
-    own loadgroup marks do not reach pytest 9's node ids.)"""
+    (the `smoke_runs` registry is per worker): every test whose node id ends in `[<notebook>]`, in
+    test_notebooks.py or a paper's own file. Other tests are grouped by module, as loadscope does.
+    (xdist's own loadgroup marks do not reach pytest 9's node ids.)"""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    from smoke_runs import notebook_of
+
     class NotebookScope(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            if nodeid.startswith("tests/test_notebooks.py::") and nodeid.endswith("]"):
-                return "notebook:" + nodeid.rsplit("[", 1)[1]
+            if notebook := notebook_of(nodeid):
+                return f"notebook:{notebook}"
             return nodeid.split("::", 1)[0]
 
     return NotebookScope(config, log)

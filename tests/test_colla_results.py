@@ -1,5 +1,6 @@
-"""Both Colla experiments at smoke scale on real GeoLife devices: sane numbers, and results that
-hold aggregate metrics only (GeoLife's license: no points, places or trajectories)."""
+"""Both Colla experiments at smoke scale on real GeoLife devices (the notebooks' one smoke run each,
+tests/smoke_runs.py): sane numbers, and saved results that hold aggregate metrics only (GeoLife's
+license: no points, places or trajectories)."""
 
 import json
 import re
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 
 from ondevice.papers.colla import protocol
-from ondevice.papers.colla.experiments import colla, colla_cost
+from smoke_runs import reading
 
 COORDINATE_NAME = re.compile(r"lat|lng|lon|coord|geohash|cell|trajector|point", re.I)
 # GeoLife's points lie mostly in and around Beijing; a non-integer value in these ranges could
@@ -37,34 +38,28 @@ def test_the_scan_catches_coordinates():
     assert coordinate_like(pd.DataFrame({"x": [116.3]})) == ["x"]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("colla-results")
-    saved = {}
-    for exp in (colla, colla_cost):
-        result = exp.run(exp.Params.for_scale("smoke"), log=lambda *a: None)
-        saved[exp.NAME] = result.save(out / exp.NAME)
-    return saved
+@pytest.fixture(scope="module", params=reading("colla", "colla_cost"))
+def out(request, smoke_runs):
+    """The folder of the notebook's one smoke run (tests/smoke_runs.py), as the runner saved it."""
+    return smoke_runs(request.param).saved().out
 
 
-@pytest.mark.slow(reason="a whole smoke run of Colla, whose saved files are what the license check reads")
-def test_results_hold_aggregate_metrics_only(results):
-    for name, out in results.items():
-        tables = sorted((out / "tables").glob("*.csv"))
-        assert tables
-        for path in tables:
-            frame = pd.read_csv(path)
-            assert coordinate_like(frame) == [], f"{name}/{path.name} has coordinate-like columns"
-        run = json.loads((out / "run.json").read_text())
-        text = json.dumps({k: run[k] for k in ("data", "notes", "headline", "params")})
-        assert not re.search(r"\b(3\d|4\d)\.\d{4,}|\b1[01]\d\.\d{4,}", text), (
-            f"{name}/run.json has a coordinate-like number"
-        )
-        assert not any(re.search(r"map|trajector|track", f) for f in run["figures"])
+def test_results_hold_aggregate_metrics_only(out):
+    tables = sorted((out / "tables").glob("*.csv"))
+    assert tables
+    for path in tables:
+        frame = pd.read_csv(path)
+        assert coordinate_like(frame) == [], f"{out.name}/{path.name} has coordinate-like columns"
+    run = json.loads((out / "run.json").read_text())
+    text = json.dumps({k: run[k] for k in ("data", "notes", "headline", "params")})
+    assert not re.search(r"\b(3\d|4\d)\.\d{4,}|\b1[01]\d\.\d{4,}", text), (
+        f"{out.name}/run.json has a coordinate-like number"
+    )
+    assert not any(re.search(r"map|trajector|track", f) for f in run["figures"])
 
 
-def test_colla_numbers_are_sane(results):
-    out = results["colla"]
+@pytest.mark.parametrize("out", reading("colla"), indirect=True)
+def test_colla_numbers_are_sane(out):
     cycles = pd.read_csv(out / "tables" / "cycles.csv", dtype={"device": str})
     assert set(cycles.method) == {*protocol.METHODS, *protocol.BASELINES}
     assert cycles[["accuracy", "precision", "recall"]].stack().between(0, 1).all()
@@ -78,8 +73,8 @@ def test_colla_numbers_are_sane(results):
     assert run["notes"]["uploads"] == run["notes"]["devices"] * run["params"]["cycles"] * len(run["notes"]["seeds"])
 
 
-def test_colla_cost_numbers_are_sane(results):
-    out = results["colla_cost"]
+@pytest.mark.parametrize("out", reading("colla_cost"), indirect=True)
+def test_colla_cost_numbers_are_sane(out):
     costs = pd.read_csv(out / "tables" / "costs.csv")
     assert (costs["upload Customization"] < costs["upload Same-FC"]).all()
     assert (costs["upload Same-FC"] < costs["upload Same-Whole"]).all()

@@ -12,6 +12,7 @@ from ondevice.papers.deeptype import common, planted
 from ondevice.papers.deeptype.experiments import deeptype_online as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
+from smoke_runs import reading
 
 
 @pytest.fixture(scope="module")
@@ -147,13 +148,12 @@ def test_bad_parameters_are_named():
         exp.Params.for_scale("smoke", last_fraction=1.0)
 
 
-@pytest.fixture(scope="module")
-def result(speeches, tmp_path_factory):
-    """The whole run at smoke, on a small global text (both starts, the planted control)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models-run")))
-        params = exp.Params.for_scale("smoke", crowd_max_words=3000, global_epochs=1, personal_learning_rate=0.5)
-        return params, exp.run(params, speeches, log=lambda _: None)
+@pytest.fixture(scope="module", params=reading("deeptype_online"))
+def result(request, smoke_runs):
+    """The notebook's one smoke run (tests/smoke_runs.py), read back from its files: both starts, the
+    planted control."""
+    saved = smoke_runs(request.param).saved()
+    return saved.params_as(exp.Params), saved
 
 
 def test_the_public_start_is_judged_and_the_crowd_start_stands_beside_it(result):

@@ -1,17 +1,23 @@
-"""D4 at smoke scale (one seed): the rows of every condition, the nested personal data, the
-public (Sent140) start beside the shared crowd model, that personal training with and without the
-dynamic vocabulary starts from the same global weights and sees the same batches, and the planted
-control's tables at both sizes."""
+"""D4 at smoke scale. The notebook's one smoke run (tests/smoke_runs.py), read back from its files:
+the rows of every condition, the nested personal data, the public (Sent140) start beside the shared
+crowd model, and the planted control's tables at both sizes. Then, in this process with a spy on
+`protocol.personalize`, the personalization stage (one seed, the first test user of each start) and
+the planted control (one seed) again from the run's global models (a copy of its model cache: no
+global model trains here): personal training with and without the dynamic vocabulary starts from the
+same global weights and sees the same batches, and the control trains only its planted doses."""
+
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from ondevice.data import per_user_text
-from ondevice.papers.deeptype import common, personal_sizes, planted, protocol
+from ondevice.papers.deeptype import common, personal_sizes, planted, protocol, starts
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
 from ondevice.params import ParameterError
 from ondevice.tasks import typing_protocol
+from smoke_runs import reading
 
 
 class Shared(typing_protocol.DeepTypeParams):
@@ -20,8 +26,20 @@ class Shared(typing_protocol.DeepTypeParams):
     PRESETS = typing_protocol.PRESETS
 
 
+@pytest.fixture(scope="module", params=reading("deeptype_personal_data"))
+def smoke(request, smoke_runs):
+    return smoke_runs(request.param)
+
+
 @pytest.fixture(scope="module")
-def run(speeches, tmp_path_factory):
+def result(smoke):
+    return smoke.saved()
+
+
+@pytest.fixture(scope="module")
+def run(smoke, result, speeches, tmp_path_factory):
+    """The stages again with the spy, from the smoke run's global models; returns the calls of the
+    personalization stage and of the planted control apart."""
     calls = []
     real = protocol.personalize
 
@@ -29,29 +47,40 @@ def run(speeches, tmp_path_factory):
         calls.append({"weights": weights, "data": data, "rng": rng.bit_generator.state, "params": params})
         return real(trainer, weights, data, params, rng, *args, **kwargs)
 
+    cache, quiet = tmp_path_factory.mktemp("models") / "cache", lambda _: None
+    shutil.copytree(smoke.models, cache)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
-        mp.setattr(protocol, "personalize", spy)
+        mp.setenv("ONDEVICE_MODEL_CACHE", str(cache))
         params = exp.Params.for_scale("smoke", seeds=1)
-        result = exp.run(params, speeches=speeches, log=lambda _: None)
+        corpora = starts.load(params, speeches, quiet)
+        models = starts.train(params, corpora, quiet)
+        assert all(v for m in models.values() for v in m.from_cache.values())
         # the shared fields alone find the very same global model in the cache
         plain = Shared.for_scale("smoke", seeds=1)
-        corpus = per_user_text.load_corpus(plain, speeches, log=lambda _: None)
-        shared = common.train_global(plain, corpus, log=lambda _: None)
-        public = per_user_text.load_corpus(plain, speeches, log=lambda _: None, global_text="sent140")
-        public_models = common.train_global(plain, public, log=lambda _: None)
-    return params, result, calls, shared, corpus, (public, public_models)
+        corpus = per_user_text.load_corpus(plain, speeches, log=quiet)
+        shared = common.train_global(plain, corpus, log=quiet)
+        public = per_user_text.load_corpus(plain, speeches, log=quiet, global_text="sent140")
+        public_models = common.train_global(plain, public, log=quiet)
+        mp.setattr(protocol, "personalize", spy)
+        first_user = lambda p, c, m, log: exp._Personal(p, c, m).user(c.split.test[0], p.seed)  # noqa: E731
+        starts.each(params, corpora, models, first_user, quiet)
+        personal, calls[:] = list(calls), []
+        users = result.tables["users"]  # the main rows the control's dose 0 is, of the run's first seed
+        personal_sizes.planted_control(
+            params, starts.main(corpora), starts.main(models), users[users.seed == params.seed], quiet
+        )
+    return params, personal, list(calls), shared, corpus, (public, public_models)
 
 
-def test_one_row_per_user_and_condition_with_nested_personal_data(run):
-    params, result, _, _, corpus, _ = run
-    users = result.tables["users"]
+def test_one_row_per_user_and_condition_with_nested_personal_data(result, run):
+    _, _, _, _, corpus, _ = run
+    params, users = result.params_as(exp.Params), result.tables["users"]
     expected = {"G-M"} | {exp.condition(f, d) for f in params.data_fractions for d in (True, False)}
     assert set(users.condition) == expected | {f"P-M {f}{exp.ALSO}" for f in ("50%", "100%")}
     assert len(exp.paper_conditions(users).condition.unique()) == len(expected)
     assert users.groupby(["seed", "user", "condition"]).size().eq(1).all()
-    assert set(users.user) == set(corpus.split.test)
-    for user, rows in users.groupby("user"):
+    assert set(users.user) == set(corpus.split.test) and users.seed.nunique() == params.seeds
+    for (_, user), rows in users.groupby(["seed", "user"]):
         words = rows.set_index("condition").train_words
         assert 0 < words["P-M 25%"] < words["P-M 50%"] < words["P-M 100%"]
         assert words["P-M 100%"] == words["P-M* 100%"] == len(corpus.personal(user, params.personal_train_fraction)[0])
@@ -59,8 +88,7 @@ def test_one_row_per_user_and_condition_with_nested_personal_data(run):
     assert users.top_k_eff.between(0, 1).all()
 
 
-def test_oov_shares_before_and_after_the_swap(run):
-    _, result, _, _, _, _ = run
+def test_oov_shares_before_and_after_the_swap(result):
     users = result.tables["users"]
     off, on = users[~users.dynamic_vocab], users[users.dynamic_vocab]
     assert (off.test_oov == off.test_oov_global_vocab).all() and (off.added_words == 0).all()
@@ -75,8 +103,8 @@ def test_oov_shares_before_and_after_the_swap(run):
     assert reach.used.sum() == len(result.params["data_fractions"])
 
 
-def test_the_public_start_is_main_and_the_crowd_start_is_the_shared_model(run):
-    _, result, _, shared, _, (_, public_models) = run
+def test_the_public_start_is_main_and_the_crowd_start_is_the_shared_model(result, run):
+    _, _, _, shared, _, (_, public_models) = run
     assert all(shared.from_cache.values()) and all(public_models.from_cache.values())
     cache = result.tables["global_model_cache"].set_index("global_text").key
     assert cache["crowd"] == shared.entries[0].key[:16] and cache["sent140"] == public_models.entries[0].key[:16]
@@ -95,12 +123,12 @@ def _same(weights, model_weights) -> bool:
 
 
 def test_training_starts_from_the_global_weights_with_the_same_batches(run):
-    params, _, calls, shared, _, (_, public_models) = run
-    n = 2 * len(params.data_fractions) * params.test_users
-    paper = [c for c in calls if c["params"] is params][:n]  # the main start's, before the planted control's
-    crowd = [c for c in calls if c["params"].also_optimizer == ""]
-    assert len(crowd) == n and all(_same(c["weights"], shared.weights[0]) for c in crowd)
-    others = [c for c in calls if all(c is not k for k in crowd)]
+    params, personal, planted_calls, shared, _, (_, public_models) = run
+    n = 2 * len(params.data_fractions)  # of the one user
+    paper = [c for c in personal if c["params"] is params]  # the main start's, the validation choice's left out
+    crowd = [c for c in personal if c["params"].also_optimizer == ""]
+    assert len(paper) == len(crowd) == n and all(_same(c["weights"], shared.weights[0]) for c in crowd)
+    others = [c for c in personal + planted_calls if all(c is not k for k in crowd)]
     assert others and all(_same(c["weights"], public_models.weights[0]) for c in others)
     for without, with_ in zip(paper[::2], paper[1::2]):  # P-M* then P-M of one user and data size
         assert without["rng"] == with_["rng"]
@@ -109,8 +137,7 @@ def test_training_starts_from_the_global_weights_with_the_same_batches(run):
         assert changed.any() and (without["data"].target[changed] == 1).all()
 
 
-def test_effects_and_paper_table(run):
-    _, result, _, _, _, _ = run
+def test_effects_and_paper_table(result):
     effects = result.tables["effects"]
     assert len(effects) == 3 and set(effects.verdict) <= {"holds", "does not hold", "within noise"}
     assert ((effects["ci low"] <= effects["our change"]) & (effects["our change"] <= effects["ci high"])).all()
@@ -126,11 +153,12 @@ def test_bad_parameters_fail_clearly():
         exp.Params.for_scale("smoke", dynamic_vocab_min_count=0)
 
 
-def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_its_effects(run):
-    params, result, calls, _, _, _ = run
-    also = [c["params"] for c in calls if c["params"].personal_optimizer == params.also_optimizer]
-    assert len(also) == 2 * len(result.tables["users"].user.unique())  # P-M 50% and 100% of every user, again
+def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_its_effects(result, run):
+    params, personal, _, _, _, _ = run
+    also = [c["params"] for c in personal if c["params"].personal_optimizer == params.also_optimizer]
+    assert len(also) == 2  # P-M 50% and 100% of the user, again
     assert {c.personal_learning_rate for c in also} == {params.also_learning_rate}
+    params = result.params_as(exp.Params)
     notes = exp.also_diagnoses(params, result.tables["users"])
     # the two effects whose personal models were retrained; the dynamic vocabulary's P-M* was not
     assert set(notes) == {e.claim for e in exp.PAPER.effects if "dynamic" not in e.claim}
@@ -138,12 +166,11 @@ def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_i
     assert {n.section for n in notes.values()} == {exp.SECTION}
 
 
-def test_a_passing_planted_control_names_the_data_of_personalization_at_its_size(run):
+def test_a_passing_planted_control_names_the_data_of_personalization_at_its_size(result):
     """Personalization against the global model at 50%: once the planted control passed, the data is
     the cause, read on the 50% curve with that size's words per user, the validation line after it;
     a failing control adds nothing (the validation line stays open)."""
-    params, result, _, _, _, _ = run
-    users, tables = result.tables["users"], dict(result.tables)
+    params, users, tables = result.params_as(exp.Params), result.tables["users"], dict(result.tables)
     also = exp.also_diagnoses(params, users)
     tables["planted_verdict"] = pd.DataFrame([{"passes": True, "text": "x"}])
     known = exp.known_diagnoses(params, users, tables, also)
@@ -159,15 +186,21 @@ def test_a_passing_planted_control_names_the_data_of_personalization_at_its_size
     assert exp.known_diagnoses(params, users, tables, also) == {}
 
 
-def test_planted_control_at_both_sizes(run):
-    """Dose 0 is the main rows; each planted dose personalizes every test user at 50% and 100%, and the
-    rule is judged on the 100% curve; the planted rows at dose 0 would be the main rows themselves."""
-    params, result, calls, _, _, (public, public_models) = run
+def test_planted_control_at_both_sizes(result, run):
+    """Dose 0 is the main rows; each planted dose personalizes every test user at 50% and 100% (the
+    spied run: one seed), and the rule is judged on the 100% curve; the planted rows at dose 0 would
+    be the main rows themselves."""
+    one_seed, _, planted_calls, _, _, (public, public_models) = run
+    params = result.params_as(exp.Params)
     per_user, curve = result.tables["planted"], result.tables["planted_curve"]
     positive = [d for d in params.planted_doses if d > 0]
-    planted_calls = [c for c in calls if c["params"] is params][2 * len(params.data_fractions) * params.test_users :]
     assert len(planted_calls) == len(positive) * len(personal_sizes.PLANTED_SIZES) * params.test_users
+    assert all(c["params"] is one_seed for c in planted_calls)
     assert curve.dose.tolist() == sorted(params.planted_doses) and (curve.users == params.test_users).all()
+    assert (
+        len(per_user)
+        == len(params.planted_doses) * len(personal_sizes.PLANTED_SIZES) * params.test_users * params.seeds
+    )
     by_size = result.tables["planted_curve_by_size"]
     assert sorted(set(by_size.data_fraction)) == [0.5, 1.0] and len(by_size) == 2 * len(params.planted_doses)
     assert by_size[by_size.data_fraction == 1.0].gain.tolist() == curve.gain.tolist()
@@ -175,10 +208,11 @@ def test_planted_control_at_both_sizes(run):
     verdict = result.tables["planted_verdict"].iloc[0]
     assert verdict.passes == planted.verdict(curve, params.planted_dose_star)[0] and "dose 0.5" in verdict.text
     users = result.tables["users"]
-    main = per_user[per_user.dose == 0].set_index(["data_fraction", "user"]).top_k_eff
+    main = per_user[per_user.dose == 0].set_index(["seed", "data_fraction", "user"]).top_k_eff
     for f in personal_sizes.PLANTED_SIZES:  # dose 0 is P-M* of the main rows
-        ours = users[users.condition == exp.condition(f, False)].set_index("user").top_k_eff
-        assert np.allclose(main.loc[f].sort_index(), ours.sort_index())
-    again = personal_sizes._planted_rows(params, public_models, public, 0.0, lambda _: None)  # the same protocol
-    got = {(r["data_fraction"], r["user"]): r["top_k_eff"] for r in again}
-    assert np.allclose([got[k] for k in main.index], main.to_numpy(), atol=1e-6)
+        ours = users[users.condition == exp.condition(f, False)].set_index(["seed", "user"]).top_k_eff
+        assert np.allclose(main.xs(f, level="data_fraction").sort_index(), ours.sort_index())
+    again = personal_sizes._planted_rows(one_seed, public_models, public, 0.0, lambda _: None)  # the same protocol
+    got = {(r["seed"], r["data_fraction"], r["user"]): r["top_k_eff"] for r in again}
+    first = main[main.index.get_level_values("seed") == one_seed.seed]
+    assert len(got) == len(first) and np.allclose([got[k] for k in first.index], first.to_numpy(), atol=1e-6)

@@ -1,5 +1,8 @@
-"""D3/D5 at smoke scale, run twice in one process: the second run finds its global models in the
-model cache, runs no TFLite diagnostic, and must still give exactly the same results."""
+"""D3/D5: the smoke run's saved results (the notebook's one smoke run, tests/smoke_runs.py) and the
+stages' rules on hand-made inputs. That a second run, with its global models from the cache, gives
+the same numbers is test_notebooks' re-run; here the on-device diagnostic's part in that."""
+
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -7,37 +10,44 @@ import pytest
 
 from ondevice.papers.deeptype import planted, sensitivity
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
+from smoke_runs import reading
+
+
+@pytest.fixture(scope="module", params=reading("deeptype_top3eff"))
+def smoke(request, smoke_runs):
+    return smoke_runs(request.param)
 
 
 @pytest.fixture(scope="module")
-def two_runs(speeches, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path_factory.mktemp("models")))
-        quiet = lambda _: None
-        first = exp.run(exp.Params.for_scale("smoke"), speeches=speeches, log=quiet)
-        second = exp.run(exp.Params.for_scale("smoke", tflite_check_steps=0), speeches=speeches, log=quiet)
-    return first, second
+def result(smoke):
+    return smoke.saved()
 
 
-@pytest.mark.slow(
-    reason="two whole smoke runs of D3 (global models trained, then from the cache): the claim is about a whole run"
-)
-def test_cached_global_models_and_no_diagnostics_change_no_result(two_runs):
-    first, second = two_runs
-    assert not any(v for m in first.notes["global_models_from_cache"].values() for v in m.values())
-    assert all(v for m in second.notes["global_models_from_cache"].values() for v in m.values())
-    assert "on_device" in first.tables and "on_device" not in second.tables
-    timing = [c for c in first.tables["users"] if c.endswith("seconds")]
-    pd.testing.assert_frame_equal(
-        first.tables["users"].drop(columns=timing), second.tables["users"].drop(columns=timing), check_exact=True
-    )
-    pd.testing.assert_frame_equal(first.tables["effects"], second.tables["effects"], check_exact=True)
-    for name in ("step_size", "planted_curve"):  # the new stages are as deterministic
-        pd.testing.assert_frame_equal(first.tables[name], second.tables[name], check_exact=True)
+def test_the_run_trains_its_global_models_and_checks_the_first_users_steps_in_tflite(result):
+    """The smoke run starts from an empty model cache; its on-device diagnostic ran (smoke:
+    tflite_check_steps > 0) and agrees with TensorFlow, and the trainable model was exported."""
+    assert not any(v for m in result.notes["global_models_from_cache"].values() for v in m.values())
+    assert result.params["tflite_check_steps"] > 0 and len(result.tables["on_device"])
+    assert np.all(result.tables["on_device"].abs_difference < 1e-4)
+    assert (result.out / "models" / "deeptype_lstm_trainable.tflite").stat().st_size > 10_000
 
 
-def test_one_row_per_user_condition_and_seed(two_runs):
-    result, _ = two_runs
+def test_a_second_run_finds_every_global_model_in_the_cache_and_can_skip_the_diagnostic(
+    smoke, speeches, tmp_path, monkeypatch
+):
+    """With a copy of the smoke run's model cache, the global models of a second run all come from
+    it (that they change no printed line or table: test_notebooks' re-run); at tflite_check_steps = 0
+    the on-device diagnostic, the notebook's last stage before `conclude`, runs nothing."""
+    shutil.copytree(smoke.models, tmp_path / "models")
+    monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path / "models"))
+    params, quiet = exp.Params.for_scale("smoke", tflite_check_steps=0), lambda _: None
+    corpora = exp.load_corpora(params, speeches, log=quiet)
+    models = exp.train_globals(params, corpora, log=quiet)
+    assert all(v for m in models.values() for v in m.from_cache.values())
+    assert exp.on_device(params, corpora, models, log=quiet) == (None, None)
+
+
+def test_one_row_per_user_condition_and_seed(result):
     users = result.tables["users"]
     split = result.artifacts["split.json"]
     assert set(users.condition) == {*exp.CONDITIONS, exp.P_OTHER}  # smoke: the tuned choice (Adam) is not the paper's
@@ -57,8 +67,7 @@ def test_one_row_per_user_condition_and_seed(two_runs):
     assert ((trained.steps == 0) == (trained.kept_epoch == 0)).all()
 
 
-def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(two_runs):
-    result, _ = two_runs
+def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(result):
     users, curves = result.tables["users"], result.tables["personal_curves"]
     keys = ["seed", "user", "condition"]
     personalized = {exp.P_CROWD, exp.P_FAR, exp.P_ONLY, exp.P_TUNED, exp.P_OTHER, exp.P_CROWD_DV, exp.P_FAR_DV}
@@ -84,8 +93,7 @@ def test_personal_training_keeps_the_epoch_of_the_lowest_holdout_loss(two_runs):
     assert (oov[exp.G_FAR] != oov[exp.G_CROWD]).all()
 
 
-def test_effects_paper_numbers_and_groups(two_runs):
-    result, _ = two_runs
+def test_effects_paper_numbers_and_groups(result):
     effects = result.tables["effects"]
     assert set(effects.effect) == {e.claim for e in exp.PAPER.effects}  # smoke: 1 user per D5 group, not judged
     assert effects.verdict.isin(["holds", "does not hold", "within noise"]).all()
@@ -97,8 +105,7 @@ def test_effects_paper_numbers_and_groups(two_runs):
     assert groups.set_index(["group", "model"]).users.to_dict()[("light", "global")] == 1
 
 
-def test_selection_on_validation_users_and_what_adam_moves(two_runs):
-    result, _ = two_runs
+def test_selection_on_validation_users_and_what_adam_moves(result):
     sel = result.tables["selection"]
     assert sel.chosen.sum() == 1 and sel.paper_config.sum() == 1
     tuned = result.notes["tuned_config"]
@@ -122,8 +129,7 @@ def test_user_groups_are_quartiles_by_training_words(n, sizes):
     assert groups["u0"] == "heavy" and groups[f"u{n - 1}"] == "light"
 
 
-def test_step_size_readings_and_the_planted_control(two_runs):
-    result, _ = two_runs
+def test_step_size_readings_and_the_planted_control(result):
     steps = result.tables["step_size"]
     assert len(steps) == 4 and steps.groupby("reading").chosen.all().sum() == 1  # 2 readings x (dose 0, dose*)
     assert steps.kept_epoch_0.between(0, 1).all()
@@ -148,8 +154,7 @@ def test_bad_parameters_name_the_field():
         exp.Params.for_scale("smoke", sensitivity=["fixed_epochs", "no_such_switch"])
 
 
-def test_sensitivity_switches_each_choice_back_once(two_runs):
-    result, _ = two_runs
+def test_sensitivity_switches_each_choice_back_once(result):
     table, cost = result.tables["sensitivity"], result.tables["sensitivity_cost"].set_index("switched back")
     labels = [label for label, _ in sensitivity.SWITCHES.values()]
     assert list(table.protocol) == ["this protocol", *labels, "validation choice", "other step-size reading"]
@@ -264,10 +269,9 @@ def test_sensitivity_conclusion_names_the_protocols_that_change_the_verdict():
     assert "Leave the verdict as it is: leaky crowd: +0.1% [-0.2%, +0.4%], within noise." in text
 
 
-def test_dynamic_vocabulary_rows_use_each_users_vocabulary(two_runs):
+def test_dynamic_vocabulary_rows_use_each_users_vocabulary(result):
     """The paper's personalized rows (with the user's vocabulary) beside the rows without it: the same
     lines, fewer test words <unk> with the user's vocabulary, exactly the counting table's rates."""
-    result, _ = two_runs
     users, oov = result.tables["users"], result.tables["dynamic_vocabulary"]
     assert {e.better for e in exp.PAPER.effects if "personal" in e.better} <= {
         f"top-k-eff, {c}" for c in (exp.P_CROWD_DV, exp.P_FAR_DV)

@@ -3,6 +3,7 @@ cpufreq (temporary sysfs trees): it measures under each governor for real, resto
 governors, labels every number, and takes its headline from the measured meter."""
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from ondevice.device.energy import study
 from ondevice.device.energy.study import hardware_note
 from ondevice.papers.deeptype.experiments import energy_governors as exp
 from ondevice.params import ParameterError
+from smoke_runs import reading
 from test_energy_governors import make_tree, settings
 from test_energy_rapl import make_powercap
 
@@ -41,9 +43,13 @@ class FakePackage:
             os.replace(tmp, self.path)
 
 
-@pytest.fixture(scope="module")
-def measured_run(speeches, tmp_path_factory):
+@pytest.fixture(scope="module", params=reading("energy_governors"))
+def measured_run(request, smoke_runs, speeches, tmp_path_factory):
+    """A run of its own on the fake hardware (the notebook's smoke run measures what this machine
+    has), with the global and SVD models of the notebook's one smoke run (a copy of its model cache,
+    tests/smoke_runs.py): none trains here."""
     tmp = tmp_path_factory.mktemp("energy")
+    shutil.copytree(smoke_runs(request.param).models, tmp / "models")
     cpu, powercap = make_tree(tmp / "cpu"), make_powercap(tmp / "powercap")
     before = settings(cpu)
     package = FakePackage(powercap)
@@ -68,6 +74,7 @@ def test_measures_under_each_governor_and_restores_them(measured_run):
     assert cpufreq["settings"][0]["set"]["policy0"]["governor"] == "schedutil"
     assert cpufreq["settings"][1]["set"]["policy1"]["governor"] == "powersave"
     assert result.notes["measured_on_hardware"] == ["cpufreq", "rapl"] and result.notes["primary_meter"] == "rapl"
+    assert all(result.notes["global_models_from_cache"].values())
 
 
 def test_every_number_is_labelled_and_the_headline_is_measured(measured_run):
