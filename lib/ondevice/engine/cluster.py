@@ -54,7 +54,7 @@ def check(client, address: str, wait_s: float = WAIT_FOR_WORKERS_S, probe_s: flo
     """Raise ClusterError naming each worker that cannot run a job or differs from this client."""
     from distributed import wait
 
-    from .dask_backend import run_job
+    from .process import run as run_job  # what dask_backend's task calls: the same path as a real job
 
     try:
         client.wait_for_workers(1, timeout=wait_s)
@@ -104,7 +104,7 @@ def check(client, address: str, wait_s: float = WAIT_FOR_WORKERS_S, probe_s: flo
 
 def _importable() -> bool:
     """Unpickled in the worker by reference: only where `ondevice.engine` imports."""
-    from . import dask_backend  # noqa: F401  (what every job's task needs there)
+    from . import process  # noqa: F401  (what every job's task needs there)
 
     return True
 

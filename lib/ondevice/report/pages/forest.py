@@ -9,8 +9,6 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from markupsafe import Markup
-
 from ondevice.report.pages.cells import DASH, as_float
 from ondevice.report.pages.content import Experiment
 
@@ -107,7 +105,7 @@ def _columns(rows: list[tuple], n: int) -> list[list[tuple]]:
     return best[1]
 
 
-def svg(grouped: list[tuple[str, list[Mark]]], width: int = 1200, columns: int = 1) -> Markup:
+def svg(grouped: list[tuple[str, list[Mark]]], width: int = 1200, columns: int = 1) -> str:
     """The forest plot of `grouped` (paper, marks) as inline SVG, `columns` side by side."""
     rows = [r for paper, ms in grouped for r in [("head", paper), *(("mark", m) for m in ms)]]
     cols = _columns(rows, columns)
@@ -138,7 +136,7 @@ def svg(grouped: list[tuple[str, list[Mark]]], width: int = 1200, columns: int =
                 out.append(_mark(item, x0, col_w, label_w, x, y))
                 y += ROW
     out.append("</svg>")
-    return Markup("\n".join(out))
+    return "\n".join(out)
 
 
 def _legend() -> str:
