@@ -3,10 +3,11 @@ unit read two ways, and staleness that counts measuring code only."""
 
 import subprocess
 
+import numpy as np
 import pytest
 
 from ondevice import REPO_ROOT
-from ondevice.report import judge, provenance
+from ondevice.report import claims, judge, provenance
 
 FACTS = """
 [paper]
@@ -136,3 +137,51 @@ def test_a_result_is_stale_when_its_measuring_code_changed_since_its_commit():
     assert provenance.changed_since({"commit": "0" * 40}, "deeptype_top3eff")["stale"] is None
     assert provenance.changed_since({}, "deeptype_top3eff")["stale"] is None
     assert provenance.changed_since({"commit": head}, "no_such_notebook")["stale"] is None
+
+
+def _effects_row(rng_seed=7):
+    """One effects_table row from per-user values whose change is known: +10% on the median user,
+    +5% to +15% across users."""
+    users = np.linspace(1.0, 2.0, 12)
+    worse = np.stack([users, users * 1.01])
+    gain = 1.1 + np.linspace(-0.05, 0.05, 12)
+    paper = claims.Paper("P", (claims.PaperNumber("a", 1.1, "s"), claims.PaperNumber("b", 1.0, "s")), ())
+    paper = claims.Paper("P", paper.numbers, (claims.Effect("a beats b", "a", "b"),))
+    table = claims.effects_table(paper, {"a beats b": (worse * gain, worse)}, np.random.default_rng(rng_seed), 500)
+    return table.iloc[0].to_dict(), worse
+
+
+def test_publish_draws_the_stored_interval_again_from_the_paired_values_to_the_last_digit():
+    row, _ = _effects_row()
+    # as publish reads it: every cell a string from the CSV
+    as_read = {k: str(v) for k, v in row.items()}
+    again = judge.recomputed(as_read)
+    assert again[judge.DRAWN] == "at publish, from the paired values"
+    for column in ("our change", "ci low", "ci high", "sign test p"):
+        assert again[column] == row[column], column
+    assert (again["users"], again["seeds"], again["users improved"]) == (12, 2, 12)
+    assert again["our change"] == pytest.approx(0.1, abs=0.01) and again["ci low"] < 0.1 < again["ci high"]
+
+
+def test_a_rule_changed_at_publish_draws_a_new_interval_from_the_same_values(monkeypatch):
+    row, _ = _effects_row()
+    monkeypatch.setattr(judge, "LEVEL", 0.5)
+    narrow = judge.recomputed(row)
+    assert row["ci low"] < narrow["ci low"] < narrow["ci high"] < row["ci high"]
+    assert narrow["level"] == 0.5 and narrow["our change"] == row["our change"]
+
+
+def test_paired_values_that_cannot_be_read_leave_the_stored_interval_and_say_why():
+    row, _ = _effects_row()
+    for broken in (
+        row["paired values"].replace('"worse":', '"other":'),
+        "{not json",
+        '{"rng": {"bit_generator": "X"}}',
+    ):
+        kept = judge.recomputed(row | {"paired values": broken})
+        assert kept["ci low"] == row["ci low"] and "cannot be read" in kept[judge.DRAWN], broken
+
+
+def test_a_row_without_paired_values_keeps_the_interval_its_notebook_stored():
+    row = {"effect": "x", "our change": "0.1", "ci low": "0.05", "ci high": "0.2"}
+    assert judge.recomputed(row) == row | {judge.DRAWN: "stored by the notebook"}

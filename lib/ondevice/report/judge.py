@@ -5,6 +5,9 @@ here, every time they are built. So a change to these rules re-renders every pag
 makes no measurement stale (`provenance.NOT_MEASURING` keeps this module and `claims` out of a result's
 code fingerprint).
 
+- **Intervals drawn here.** A row that stores its paired values (`claims.PAIRED`) gets its change,
+  interval, user counts and sign test recomputed by `recomputed`, at `LEVEL`, with the bootstrap
+  generator's stored state: under unchanged rules the stored interval comes back to the last digit.
 - **Four verdicts.** holds / does not hold: the interval excludes zero; within noise: it contains
   zero and excludes the paper's change; inconclusive: it contains both.
 - **The paper's precision.** A paper's number carries the range its printed digits allow (half a
@@ -19,22 +22,45 @@ code fingerprint).
 from __future__ import annotations
 
 import functools
+import json
 import tomllib
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from ondevice.report.claims import FACTOR, Kind, agrees_in_size, finite
+import numpy as np
+
+from ondevice.report.claims import FACTOR, PAIRED, Kind, agrees_in_size, finite, generator, paired_effect
 
 PAPERS = Path(__file__).resolve().parents[1] / "papers"
 VERDICTS = ("holds", "does not hold", "within noise", "inconclusive")
 INCONCLUSIVE = "inconclusive: the interval contains both zero and the paper's change"
+LEVEL = 0.95  # the intervals' coverage, for every row that stores its paired values
+DRAWN = "interval drawn"  # the column `recomputed` adds: where the row's interval comes from
 
 
 def text(row: dict, key: str) -> str:
     """A text cell; "" for a missing one (a CSV's empty cell may come back as NaN)."""
     value = row.get(key)
     return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def recomputed(row: dict) -> dict:
+    """The row with its change, interval, counts and sign test drawn here from its stored paired
+    values at `LEVEL` (`DRAWN` says so); a row without them keeps the interval its notebook stored,
+    and one whose values cannot be read keeps it too, with the reason in `DRAWN`."""
+    raw = row.get(PAIRED)
+    if not isinstance(raw, str) or not raw.strip():
+        return row | {DRAWN: "stored by the notebook"}
+    try:
+        v = json.loads(raw)
+        better, worse = np.asarray(v["better"], dtype=float), np.asarray(v["worse"], dtype=float)
+        r = paired_effect(better, worse, generator(v["rng"]), int(v["n_boot"]), LEVEL, v["statistic"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:  # JSONDecodeError is a ValueError
+        return row | {DRAWN: f"stored by the notebook (its paired values cannot be read: {exc})"}
+    drawn = {"our change": r["change"], "ci low": r["ci_low"], "ci high": r["ci_high"], "level": LEVEL}
+    drawn |= {k.replace("_", " "): r[k] for k in ("users", "seeds", "users_improved", "users_worse", "sign_test_p")}
+    return row | drawn | {DRAWN: "at publish, from the paired values"}
 
 
 @dataclass(frozen=True)

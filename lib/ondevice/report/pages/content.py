@@ -267,7 +267,9 @@ def read_run(path: Path) -> dict:
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict]]:
-    """Header and rows of a CSV file; ([], []) when it is missing or unreadable."""
+    """Header and rows of a CSV file; ([], []) when it is missing or unreadable. A cell may be as
+    long as the file (effects.csv's paired values of many users are one cell)."""
+    csv.field_size_limit(max(csv.field_size_limit(), path.stat().st_size + 1 if path.is_file() else 0))
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -335,7 +337,8 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS, check_code: bool = T
     if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
         name = path.name.removesuffix(".failed")
     tables = [Table(p.name, *read_csv(p)) for p in sorted((path / "tables").glob("*.csv"))]
-    rows = next((t.rows for t in tables if t.name == "effects.csv"), [])
+    # each row's interval drawn at publish from its paired values, where the run stored them
+    rows = [judge.recomputed(r) for r in next((t.rows for t in tables if t.name == "effects.csv"), [])]
     citation, claims, short = paper_of(name, papers_dir)
     claims = claims or list(dict.fromkeys(r.get("effect", "") for r in rows if r.get("effect")))
     notebook = notebook_file(path)

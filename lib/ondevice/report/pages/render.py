@@ -49,6 +49,18 @@ def stale_text(entries: list[Experiment]) -> str:
     return text + (f" Unknown for {len(unknown)}: {', '.join(unknown)}." if unknown else "")
 
 
+def drawn_text(entries: list[Experiment]) -> str:
+    """SUMMARY.md's line on where the intervals come from: drawn at publish from stored paired values
+    (`judge.recomputed`), or as the notebook stored them (runs from before paired values were kept)."""
+    rows = [f.row for e in entries for f in e.effects]
+    drawn = sum(str(r.get(judge.DRAWN, "")).startswith("at publish") for r in rows)
+    return (
+        f"**{drawn} of {len(rows)} intervals were drawn at publish** from the paired values their run stored "
+        f"(per user and seed, with the bootstrap's generator state: unchanged rules give the stored interval "
+        f"to the last digit, at {judge.LEVEL:.0%}); the others are as their notebook stored them."
+    )
+
+
 ONE_LINE = 120  # characters of a diagnosis a table cell holds; the whole of it follows the table
 OURS_TO_FIX = {"open", "unexplained"}  # diagnosis kinds that name no cause outside our implementation
 
@@ -154,7 +166,14 @@ class Pages:
         kinds = judge.kinds_text(
             [k for e in entries for f in e.effects if (k := judge.flagged_kind(f.row, f.diagnosis))]
         )
-        return self.render("summary.md.j2", entries=entries, scale=scale, kinds=kinds, stale=stale_text(entries))
+        return self.render(
+            "summary.md.j2",
+            entries=entries,
+            scale=scale,
+            kinds=kinds,
+            stale=stale_text(entries),
+            drawn=drawn_text(entries),
+        )
 
     def css(self) -> str:
         path = self.templates / "site.css"
