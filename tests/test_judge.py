@@ -1,9 +1,11 @@
 """Judging at publish (report/judge.py): four verdicts, the paper's printed precision, the paper's
 unit read two ways, and staleness that counts measuring code only."""
 
+import json
 import subprocess
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ondevice import REPO_ROOT
@@ -185,3 +187,25 @@ def test_paired_values_that_cannot_be_read_leave_the_stored_interval_and_say_why
 def test_a_row_without_paired_values_keeps_the_interval_its_notebook_stored():
     row = {"effect": "x", "our change": "0.1", "ci low": "0.05", "ci high": "0.2"}
     assert judge.recomputed(row) == row | {judge.DRAWN: "stored by the notebook"}
+
+
+def test_published_pages_draw_intervals_from_stored_values_and_never_show_them(tmp_path, papers):
+    """A result whose effects (and a timing table) store paired values: SUMMARY.md counts the row as
+    drawn at publish with the stored interval, and no page prints the values' JSON."""
+    from ondevice.report import publish
+
+    row, _ = _effects_row()
+    exp = tmp_path / "results" / "exp"
+    (exp / "tables").mkdir(parents=True)
+    for name in ("effects.csv", "timing_effects.csv"):
+        pd.DataFrame([row | {"effect": "new keeps old", "paper change": 0.617 / 0.616 - 1}]).to_csv(
+            exp / "tables" / name
+        )
+    run = {"experiment": "exp", "headline": {}, "notebook": {"status": "complete"}}
+    (exp / "run.json").write_text(json.dumps(run))
+    publish.build(tmp_path / "results", tmp_path / "site", scale="fake", papers_dir=papers, log=lambda _: None)
+    summary = (tmp_path / "results" / "SUMMARY.md").read_text()
+    assert "**1 of 1 intervals were drawn at publish**" in summary
+    assert f"{row['ci low']:+.1%} to {row['ci high']:+.1%}" in summary
+    pages = [p.read_text() for p in tmp_path.rglob("*") if p.suffix in (".md", ".html")]
+    assert pages and not any('"rng"' in text or '"better":' in text for text in pages)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ondevice.report import facts, judge, provenance
+from ondevice.report.claims import PAIRED
 from ondevice.report.pages.cells import (
     DASH,
     anchor,
@@ -279,6 +280,11 @@ def read_csv(path: Path) -> tuple[list[str], list[dict]]:
         return [], []
 
 
+def shown(header: list[str], rows: list[dict]) -> tuple[list[str], list[dict]]:
+    """A table's header without its paired values (data for `judge.recomputed`, not for reading)."""
+    return [h for h in header if h != PAIRED], rows
+
+
 def paper_of(name: str, papers_dir: Path = facts.PAPERS) -> tuple[str, list[str], str]:
     """(citation, claimed effects, short citation) of an experiment from its paper's facts file
     (paper.toml), read as data: the experiment's own citation, else the paper's; ("-", [], "-") for
@@ -336,7 +342,7 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS, check_code: bool = T
     name = run.get("experiment")
     if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
         name = path.name.removesuffix(".failed")
-    tables = [Table(p.name, *read_csv(p)) for p in sorted((path / "tables").glob("*.csv"))]
+    tables = [Table(p.name, *shown(*read_csv(p))) for p in sorted((path / "tables").glob("*.csv"))]
     # each row's interval drawn at publish from its paired values, where the run stored them
     rows = [judge.recomputed(r) for r in next((t.rows for t in tables if t.name == "effects.csv"), [])]
     citation, claims, short = paper_of(name, papers_dir)

@@ -102,11 +102,8 @@ def clauses_led(text: str) -> tuple[str, str, list[str]]:
 
 
 def kind(f: Effect) -> str:
-    """Where a flagged row's cause lies (its diagnosis kind; open when it names none), "unexplained"
-    for a flagged row without a diagnosis, "" for a row the audit does not flag."""
-    if f.prefix:
-        return str(f.row.get("diagnosis kind") or "").strip() or "open"
-    return "unexplained" if f.diagnosis == "unexplained" else ""
+    """Where a flagged row's cause lies (`judge.flagged_kind`), "" for a row the audit does not flag."""
+    return judge.flagged_kind(f.row, f.diagnosis) or ""
 
 
 def tally(effects: list[Effect]) -> list[tuple[str, int]]:
