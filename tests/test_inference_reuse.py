@@ -142,3 +142,37 @@ def test_cost_readings_count_each_reading_of_the_two_steps():
         config, 16, 5, True
     )
     assert readings[0] == pytest.approx(ours)  # the first reading is the step the notebook times
+
+
+def test_reuse_is_timed_on_a_users_own_batches_both_readings_and_leaves_the_weights_as_they_were(setup):
+    """`reuse_time`: each way trains (the model moves while it is timed) and the weights come back;
+    the paired seconds and the readings' ratios are what the effect and its diagnosis read."""
+    import pandas as pd
+
+    from ondevice.papers.deeptype import reuse_time
+    from ondevice.papers.deeptype.experiments import deeptype_online_latency as d8
+    from ondevice.papers.deeptype.reuse_compressed import COMPRESSED, UNCOMPRESSED
+
+    model, _, _, batches = setup
+    params = d8.Params.for_scale("smoke")
+    start = model.get_weights()
+    seconds = reuse_time.time_user(*reuse_time.trainers(params, model), batches[:2], repeats=2)
+    assert set(seconds) == set(reuse_time.WAYS) and all(s > 0 for s in seconds.values())
+    assert all(np.array_equal(a, b) for a, b in zip(start, model.get_weights()))
+    assert reuse_time.sampled(list(range(10)), 3) == [0, 4, 9] and reuse_time.sampled([1, 2], 3) == [1, 2]
+    # two users whose updates take 4 / 8 ms without reuse (fine-tune / full) against 1 ms with it
+    ways = {reuse_time.FINE_TUNE: 4e-3, reuse_time.FULL: 8e-3, reuse_time.REUSE: 1e-3}
+    rows = [
+        dict(model=m, user=u, way=w, seconds=s)
+        for m in (COMPRESSED, UNCOMPRESSED)
+        for u in "ab"
+        for w, s in ways.items()
+    ]
+    table = pd.DataFrame(rows)
+    without, with_reuse = reuse_time.pairs(table, COMPRESSED)
+    assert without.shape == (1, 2) and np.allclose(without, 4e-3) and np.allclose(with_reuse, 1e-3)
+    assert reuse_time.ratios(table).ratio.tolist() == pytest.approx([4, 8, 4, 8])
+    flops = pd.DataFrame({COMPRESSED: [3.0, 15.0], UNCOMPRESSED: [1.2, 2.0]})
+    assert reuse_time.diagnosis(table, flops, 6.0, "s").kind.value == "paper read two ways"
+    above = reuse_time.diagnosis(table, flops, 10.0, "s")
+    assert above.kind.value == "open" and above.text.endswith("the paper's 10x is above both")
