@@ -141,6 +141,34 @@ def test_a_result_is_stale_when_its_measuring_code_changed_since_its_commit():
     assert provenance.changed_since({"commit": head}, "no_such_notebook")["stale"] is None
 
 
+def test_a_run_records_the_commit_it_started_at_and_a_commit_during_it_that_touched_its_code(tmp_path, monkeypatch):
+    """The runner sets RUN_GIT at a notebook's start; a commit made while it runs is not the code it
+    imported, so the run keeps its first commit, dirty only if that commit changed the run's paths."""
+
+    def git(*args):
+        out = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "mine.py").write_text("a = 1\n")
+    (tmp_path / "other.py").write_text("b = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv(provenance.RUN_GIT, json.dumps(provenance.git_state(["mine.py"])))
+    (tmp_path / "other.py").write_text("b = 2\n")
+    git("commit", "-qam", "during the run, elsewhere")
+    assert provenance.git_state(["mine.py"]) == {"commit": first, "dirty": False}
+    (tmp_path / "mine.py").write_text("a = 2\n")
+    git("commit", "-qam", "during the run, its own code")
+    assert provenance.git_state(["mine.py"]) == {"commit": first, "dirty": True}
+    monkeypatch.delenv(provenance.RUN_GIT)
+    assert provenance.git_state(["mine.py"]) == {"commit": git("rev-parse", "HEAD"), "dirty": False}
+
+
 def _effects_row(rng_seed=7):
     """One effects_table row from per-user values whose change is known: +10% on the median user,
     +5% to +15% across users."""

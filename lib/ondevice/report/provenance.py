@@ -167,8 +167,13 @@ def fingerprint(notebook: Path, root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()
 
 
+RUN_GIT = "ONDEVICE_RUN_GIT"  # the git state a runner started a notebook at (JSON), set by report.runner
+
+
 def git_state(paths: Iterable[str | Path] | None = None) -> dict:
-    """The commit, and whether `paths` (default CODE_PATHS) have uncommitted changes."""
+    """The commit, and whether `paths` (default CODE_PATHS) have uncommitted changes. Inside a run the
+    runner started (RUN_GIT set), the commit is the one the run started at, the code it imported,
+    and `paths` count as dirty also when a commit made during the run changed them."""
 
     def git(*args):
         try:
@@ -187,7 +192,19 @@ def git_state(paths: Iterable[str | Path] | None = None) -> dict:
     commit = git("rev-parse", "HEAD")
     # no pathspec would mean the whole tree, so paths all outside the repository give "unknown"
     status = git("status", "--porcelain", "--", *specs) if specs else None
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    dirty = bool(status) if status is not None else None
+    try:
+        started = json.loads(os.environ.get(RUN_GIT) or "{}")
+    except ValueError:
+        started = {}
+    first = started.get("commit") if isinstance(started, dict) else None
+    if first and commit and specs:
+        if first != commit:  # committed during the run: the run's code is the first commit's, if these paths agree
+            changed = git("diff", "--name-only", first, commit, "--", *specs)
+            dirty = None if changed is None or dirty is None else dirty or bool(changed)
+            commit = first
+        dirty = None if dirty is None else dirty or bool(started.get("dirty"))
+    return {"commit": commit, "dirty": dirty}
 
 
 def cpu_info(text: str) -> dict:

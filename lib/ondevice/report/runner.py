@@ -41,7 +41,7 @@ from ondevice import REPO_ROOT
 from ondevice.params import SCALES
 from ondevice.report import at_once, timings
 from ondevice.report.progress import Progress, Ticker
-from ondevice.report.provenance import changed_since, code_files, fingerprint, git_state
+from ondevice.report.provenance import RUN_GIT, changed_since, code_files, fingerprint, git_state
 from ondevice.report.record import atomic_write
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -205,6 +205,9 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
     print(f"[reproduce] {name} ({scale}): running", flush=True)
     start, error, load = time.perf_counter(), None, LoadSampler()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    # the code the notebook imports is the code at its start: its kernel records that commit (provenance.git_state)
+    os.environ.pop(RUN_GIT, None)
+    os.environ[RUN_GIT] = json.dumps(git_state([notebook, *code_files(notebook)]))
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -243,6 +246,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
         "executed_by": "papermill",
         **({"error": f"{type(error).__name__}: {error}"[:2000]} if error else {}),
     }
+    os.environ.pop(RUN_GIT, None)
     with _signals_deferred():
         atomic_write(run_path, lambda p: p.write_text(json.dumps(run, indent=2, default=str)))
         if error:
