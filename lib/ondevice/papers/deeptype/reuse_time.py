@@ -52,8 +52,9 @@ def trainers(params, model) -> tuple:
 
 def time_user(online, full, batches, repeats: int) -> dict[str, float]:
     """Mean seconds per update over `batches` for each of WAYS (each batch's median of `repeats`,
-    the ways interleaved so that load hits them alike), after one untimed warm-up of each way; the
-    model's weights are as they were at the start."""
+    the ways interleaved so that load hits them alike, in a fresh random order each repeat so that
+    none always follows the same call), after one untimed warm-up of each way; the model's weights
+    are as they were at the start."""
     start = online.model.get_weights()
     calls = lambda x, y, f: {  # noqa: E731
         FINE_TUNE: lambda: float(online.train(x, y)["loss"]),
@@ -62,7 +63,7 @@ def time_user(online, full, batches, repeats: int) -> dict[str, float]:
         AGAIN: lambda: float(online.train_from_cache(f, y)["loss"]),
         TWICE: lambda: [float(online.train_from_cache(f, y)["loss"]) for _ in range(2)],
     }
-    seconds = {way: [] for way in WAYS}
+    seconds, order = {way: [] for way in WAYS}, np.random.default_rng(0)  # the order of the calls, not data
     for i, (x, y) in enumerate(batches):
         fns = calls(x, y, online.infer_and_cache(x)["features"])
         if i == 0:
@@ -70,8 +71,8 @@ def time_user(online, full, batches, repeats: int) -> dict[str, float]:
                 fn()
         times = {way: [] for way in WAYS}
         for _ in range(repeats):
-            for way, fn in fns.items():
-                times[way].append(_timed(fn))
+            for k in order.permutation(len(WAYS)):
+                times[WAYS[k]].append(_timed(fns[WAYS[k]]))
         for way in WAYS:
             seconds[way].append(float(np.median(times[way])))
     online.model.set_weights(start)
