@@ -108,11 +108,24 @@ def test_a_devices_view_gives_every_sample_with_the_inputs_it_names():
     assert pooled_x[:, :-1].sum() == 0 and pooled_x[:, -1, 1:].sum() == 0
 
 
-def test_the_input_rule_takes_the_higher_held_out_accuracy_ties_to_the_papers():
-    frame = lambda a, b: pd.DataFrame({"inputs": common.INPUTS, "held-out accuracy": [a, b]})  # noqa: E731
-    assert controls.chosen_inputs(frame(0.20, 0.26)) == common.INPUTS[1]
-    assert controls.chosen_inputs(frame(0.27, 0.26)) == common.INPUTS[0]
-    assert controls.chosen_inputs(frame(0.26, 0.26)) == common.INPUTS[0]
+def choice_table(paper: list[tuple[float, float, float]], markov: float = 0.27, table_input: float = 0.26):
+    """An input_choice table: the paper's inputs at (dropout, decay, accuracy) each, then the last place only."""
+    rows = [(common.INPUTS[0], d, w, a) for d, w, a in paper] + [(common.INPUTS[1], 0.0, 0.0, table_input)]
+    frame = pd.DataFrame(rows, columns=["inputs", "feature_dropout", "weight_decay", "held-out accuracy"])
+    return frame.assign(**{"Markov held-out accuracy": markov})
+
+
+def test_the_regularization_rule_takes_the_highest_held_out_accuracy_ties_to_the_earlier():
+    grid = [(0.0, 0.0, 0.20), (0.0, 1e-4, 0.23), (0.5, 0.0, 0.255), (0.5, 1e-4, 0.255)]
+    assert controls.chosen_regularization(choice_table(grid)) == (0.5, 0.0)
+    assert controls.chosen_regularization(choice_table(grid[:2])) == (0.0, 1e-4)
+
+
+def test_the_input_rule_keeps_the_papers_inputs_unless_their_held_out_control_fails():
+    # the paper's inputs even below the last place only, while within the tolerance of the table
+    assert controls.chosen_inputs(choice_table([(0.0, 0.0, 0.20), (0.5, 0.0, 0.255)]), 0.02) == common.INPUTS[0]
+    assert controls.chosen_inputs(choice_table([(0.5, 0.0, 0.251)]), 0.02) == common.INPUTS[0]  # 0.019 below
+    assert controls.chosen_inputs(choice_table([(0.0, 0.0, 0.20), (0.5, 0.0, 0.24)]), 0.02) == common.INPUTS[1]
 
 
 def test_the_held_out_split_is_each_devices_latest_fifth_of_its_training_parts():
@@ -127,8 +140,10 @@ def test_the_held_out_split_is_each_devices_latest_fifth_of_its_training_parts()
 def test_input_choice_trains_for_real_and_prefers_the_table_input_on_noise_features():
     # time features are noise in the planted walk: the last place is all there is to learn
     devices, p = planted(n=120), params()
+    p = dataclasses.replace(p, feature_dropout_grid=(0.0, 0.5), weight_decay_grid=(0.0,))
     choice = controls.input_choice(p, devices, log=lambda *a: None)
-    assert choice.inputs.tolist() == list(common.INPUTS)
+    assert choice.inputs.tolist() == [common.INPUTS[0]] * 2 + [common.INPUTS[1]]
+    assert choice.feature_dropout.tolist() == [0.0, 0.5, 0.0]
     assert (choice.steps_to_best > 0).all()
     table_input = choice.set_index("inputs").loc[common.INPUTS[1]]
     assert table_input["held-out accuracy"] >= table_input["Markov held-out accuracy"] - p.control_tolerance

@@ -11,8 +11,10 @@ table is counted on exactly the part the model takes gradient steps on. Accuracy
 the test samples (every label counts once); a control passes when the model is at most
 `tolerance` below the table.
 
-`input_choice` picks what every model reads on held-out *training* data, never a test period;
-`data_scale` measures control (1)'s gap against the amount of pooled training data.
+`input_choice` picks, on held-out *training* data (never a test period), how the M-RNN is
+regularized with the paper's inputs and whether the models read them (they do unless their
+held-out control fails); `data_scale` measures control (1)'s gap against the amount of pooled
+training data.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from ondevice.models import mrnn
 from ondevice.models.markov import Markov
 from ondevice.papers.colla import common, protocol
 from ondevice.papers.colla.common import INPUTS, CollaParams, Devices
-from ondevice.training.trainer import Trainer
 
 SCALE_FRACTIONS = (0.25, 0.5, 1.0)  # shares of CT's pooled training data in `data_scale`
 
@@ -54,11 +55,17 @@ def pooled_accuracy(predicted: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.where(y == 0, False, predicted == y)))
 
 
+def reading(params: CollaParams, devices: Devices, inputs: str) -> tuple[CollaParams, Devices]:
+    """The parameters and the devices' view of models that read `inputs` (with the regularization
+    that applies to them, `CollaParams.regularized`)."""
+    return dataclasses.replace(params, inputs=inputs), dataclasses.replace(devices, inputs=inputs)
+
+
 def fit_ct(params: CollaParams, devices: Devices, train, val, seed: int, purpose: str):
     """CT's M-RNN from scratch by CT's procedure (Adam at `learning_rate`, the paper's stopping on
-    `val`): its weights and the optimizer steps up to the weights kept."""
-    model = mrnn.build(params.cloud_config(devices.places), streams.tf_seed(seed, "init/control/ct"))
-    trainer = Trainer(model, common.location_task(params, devices.places), params.learning_rate)
+    `val`, the regularization of `params`): its weights and the optimizer steps up to the weights kept."""
+    model = params.model(params.cloud_config(devices.places), streams.tf_seed(seed, "init/control/ct"))
+    trainer = params.trainer(model, common.location_task(params, devices.places), params.learning_rate)
     weights, history = common.fit_until_plateau(
         trainer,
         model.get_weights(),
@@ -185,11 +192,11 @@ def run_controls(params: CollaParams, devices: Devices, run_ct: dict, log=print)
     """Both controls with both inputs: (1) with the run's inputs is the run's own CT model (every
     seed, `run_ct`: seed -> (weights, steps to best)); with the other inputs a CT model trained here
     (first seed: one heavy fit); (2) every seed, both inputs."""
-    rt = protocol.Runtime(params, devices)
-    views = {i: dataclasses.replace(devices, inputs=i) for i in INPUTS}
-    rows = [ct_control(params, views[params.inputs], s, run_ct[s]) for s in params.seed_list]
-    rows += [ct_control(params, views[i], params.seed_list[0]) for i in INPUTS if i != params.inputs]
-    rows += [device_control(params, views[i], rt, s) for s in params.seed_list for i in INPUTS]
+    views = {i: reading(params, devices, i) for i in INPUTS}
+    runtimes = {i: protocol.Runtime(*views[i]) for i in INPUTS}
+    rows = [ct_control(*views[params.inputs], s, run_ct[s]) for s in params.seed_list]
+    rows += [ct_control(*views[i], params.seed_list[0]) for i in INPUTS if i != params.inputs]
+    rows += [device_control(*views[i], runtimes[i], s) for s in params.seed_list for i in INPUTS]
     frame = pd.DataFrame(rows)
     for _, r in summary(frame).iterrows():
         log(
@@ -227,22 +234,26 @@ def held_out_split(params: CollaParams, devices: Devices):
 
 
 def input_choice(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame:
-    """What every model reads, chosen on held-out training data only. The rule, fixed before the
-    default run: CT's M-RNN from scratch (seed `params.seed`) trains by CT's procedure on every
-    device's parts 0..cycles but its latest fifth, stopping on that fifth; the inputs with the
-    higher accuracy on the held-out fifth at the kept weights win (ties: the paper's). One row per
-    inputs, with the pooled table's held-out accuracy beside (control (1) on held-out data)."""
-    rows = []
-    for inputs in INPUTS:
-        view = dataclasses.replace(devices, inputs=inputs)
-        (tx, ty), (vx, vy) = held_out_split(params, view)
-        model, weights, steps = fit_ct(params, view, (tx, ty), (vx, vy), params.seed, "inputs/ct")
+    """What every model reads and how the M-RNN is regularized with the paper's inputs, chosen on
+    held-out training data only. CT's M-RNN from scratch (seed `params.seed`) trains by CT's
+    procedure on every device's parts 0..cycles but its latest fifth, stopping on that fifth: with
+    the paper's inputs at every pair of `feature_dropout_grid` x `weight_decay_grid`, and with the
+    last place only (unregularized). One row each, with the pooled table's accuracy on the same
+    held-out fifth (control (1) on held-out data). The rules are `chosen_regularization` and
+    `chosen_inputs`."""
+    rows, pairs = [], [(d, w) for d in params.feature_dropout_grid for w in params.weight_decay_grid]
+    for inputs, (dropout, decay) in [*((INPUTS[0], pair) for pair in pairs), (INPUTS[1], (0.0, 0.0))]:
+        p, view = reading(dataclasses.replace(params, feature_dropout=dropout, weight_decay=decay), devices, inputs)
+        (tx, ty), (vx, vy) = held_out_split(p, view)
+        model, weights, steps = fit_ct(p, view, (tx, ty), (vx, vy), p.seed, "inputs/ct")
         model.set_weights(weights)
         accuracy = pooled_accuracy(np.argmax(common.logits(model, vx), axis=-1), vy)
         markov = pooled_accuracy(Markov(tx[:, -1, 0], ty).predict(vx[:, -1, 0]), vy)
         rows.append(
             {
                 "inputs": inputs,
+                "feature_dropout": dropout,
+                "weight_decay": decay,
                 "held-out accuracy": accuracy,
                 "held-out loss": common.mean_cross_entropy(model, vx, vy),
                 "Markov held-out accuracy": markov,
@@ -251,14 +262,34 @@ def input_choice(params: CollaParams, devices: Devices, log=print) -> pd.DataFra
                 "steps_to_best": steps,
             }
         )
-        log(f"inputs {inputs}: held-out accuracy {accuracy:.3f} (pooled Markov {markov:.3f}), {steps} steps to best")
+        log(
+            f"inputs {inputs}, feature dropout {dropout:g}, weight decay {decay:g}: held-out accuracy "
+            f"{accuracy:.3f} (pooled Markov {markov:.3f}), {steps} steps to best"
+        )
     return pd.DataFrame(rows)
 
 
-def chosen_inputs(choice: pd.DataFrame) -> str:
-    """The rule of `input_choice`: the higher held-out accuracy, ties to the paper's inputs."""
-    best = choice["held-out accuracy"].max()
-    return str(choice[choice["held-out accuracy"] == best].inputs.iloc[0])
+def chosen_regularization(choice: pd.DataFrame) -> tuple[float, float]:
+    """The rule for the paper's inputs (fixed before the default run): the (feature dropout, weight
+    decay) pair with the highest held-out accuracy; ties to the earlier in grid order (less dropout,
+    then less decay)."""
+    paper = choice[choice.inputs == INPUTS[0]]
+    best = paper.iloc[int(np.argmax(paper["held-out accuracy"].to_numpy()))]
+    return float(best.feature_dropout), float(best.weight_decay)
+
+
+def chosen_inputs(choice: pd.DataFrame, tolerance: float) -> str:
+    """The rule for the inputs (fixed before the default run): the paper's, at the chosen
+    regularization, unless their held-out control fails (CT more than `tolerance` below the pooled
+    table on the held-out fifth); then the last place only, the table's own input."""
+    dropout, decay = chosen_regularization(choice)
+    paper = choice[(choice.inputs == INPUTS[0]) & (choice.feature_dropout == dropout) & (choice.weight_decay == decay)]
+    row = paper.iloc[0]
+    return (
+        INPUTS[0]
+        if verdict(row["held-out accuracy"], row["Markov held-out accuracy"], tolerance) == "passes"
+        else INPUTS[1]
+    )
 
 
 def data_scale(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame:
@@ -267,14 +298,14 @@ def data_scale(params: CollaParams, devices: Devices, log=print) -> pd.DataFrame
     samples, with each inputs, against the pooled table counted on the same share."""
     seed, rows = params.seed_list[0], []
     for inputs in INPUTS:
-        view = dataclasses.replace(devices, inputs=inputs)
-        (tx, ty), (vx, vy) = protocol.ct_split(params, view, params.cycles, seed)
+        p, view = reading(params, devices, inputs)
+        (tx, ty), (vx, vy) = protocol.ct_split(p, view, p.cycles, seed)
         test_x, test_y = protocol.last_period(view)
         for share in SCALE_FRACTIONS:
             rng = streams.rng(seed, f"scale/{share}")
             t = rng.permutation(len(ty))[: max(2, int(round(share * len(ty))))]
             v = rng.permutation(len(vy))[: max(1, int(round(share * len(vy))))]
-            model, weights, steps = fit_ct(params, view, (tx[t], ty[t]), (vx[v], vy[v]), seed, f"scale/ct/{share}")
+            model, weights, steps = fit_ct(p, view, (tx[t], ty[t]), (vx[v], vy[v]), seed, f"scale/ct/{share}")
             model.set_weights(weights)
             accuracy = pooled_accuracy(np.argmax(common.logits(model, test_x), axis=-1), test_y)
             markov = pooled_accuracy(Markov(tx[t][:, -1, 0], ty[t]).predict(test_x[:, -1, 0]), test_y)

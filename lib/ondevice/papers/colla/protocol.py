@@ -47,18 +47,18 @@ class Runtime:
     def __init__(self, params: CollaParams, devices: Devices):
         self.params, self.places = params, devices.places
         p, n = params, devices.places
-        self.device_model = mrnn.build(params.device_config(n), 0)
+        self.device_model = p.model(params.device_config(n), 0)
         self.teacher = CloudTeacher(mrnn.build(params.cloud_config(n), 0), params.device_slots)
         slot_task = common.location_task(p, p.device_slots)
-        self.plain = Trainer(self.device_model, slot_task, p.device_learning_rate)
-        self.distill = Trainer(
+        self.plain = p.trainer(self.device_model, slot_task, p.device_learning_rate)
+        self.distill = p.trainer(
             self.device_model, slot_task, p.device_learning_rate, hooks=[DistillationHook(self.teacher, p.lam)]
         )
-        self.cloud_model = mrnn.build(params.cloud_config(n), 0)
+        self.cloud_model = p.model(params.cloud_config(n), 0)
         self.ensemble = ClientEnsemble(self.device_model.get_weights(), len(devices.uids), p.device_slots, n)
         cloud_task = common.location_task(p, n)
-        self.ct = Trainer(self.cloud_model, cloud_task, p.learning_rate)
-        self.cloud_distill = Trainer(
+        self.ct = p.trainer(self.cloud_model, cloud_task, p.learning_rate)
+        self.cloud_distill = p.trainer(
             self.cloud_model, cloud_task, p.learning_rate, hooks=[DistillationHook(self.ensemble, p.lam)]
         )
 

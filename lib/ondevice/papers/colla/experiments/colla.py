@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -49,9 +49,10 @@ NAME = "colla"
 PAPER = facts.paper(NAME)  # Table 1, Sec. 3.2 and 5.3 (top-100 devices, mobility prediction)
 OTHER_SEQUENCE = {"visits": "bins", "bins": "visits"}  # the variant reported beside the main reading
 # default leaves out the 10-minute-bin reading (last run at 71d489d): the client updates' longer patience
-# (patience_steps) roughly doubles their cost, and this run is about the visits reading's controls
+# (patience_steps) roughly doubles their cost, and this run is about the visits reading's controls. The
+# smoke runs the inputs variant only: both variants run through `variant`
 OWN_PRESETS = {
-    "smoke": dict(seeds=1, bootstrap=300),
+    "smoke": dict(seeds=1, bootstrap=300, sequence_variant=False),
     "default": dict(seeds=3, sequence_variant=False),
     "paper": dict(seeds=3),
 }
@@ -61,6 +62,7 @@ OWN_PRESETS = {
 class Params(CollaParams):
     bootstrap: int = 2000  # resamples of devices for the effects' intervals
     sequence_variant: bool = True  # also run the other reading of the task (visits <-> bins)
+    inputs_variant: bool = True  # also run the models with the other inputs (a sensitivity row)
 
     PRESETS = presets(common.SHARED_PRESETS, OWN_PRESETS)
 
@@ -69,12 +71,39 @@ class Params(CollaParams):
         self.require(self.bootstrap >= 100, "bootstrap", "must be at least 100 resamples")
 
 
-def variant(params: Params, log=print) -> pd.DataFrame:
-    """The other reading of the task (visits <-> 10-minute bins), every method and baseline on its
-    own samples with the same settings: its cycles table."""
-    other = dataclasses.replace(params, sequence=OTHER_SEQUENCE[params.sequence])
+def variants(params: Params) -> dict[str, dict]:
+    """The variants the preset runs beside the main rows, by name: the fields each changes. The other
+    reading of the task (visits <-> 10-minute bins); the other inputs (the last place only, or the
+    paper's), the sensitivity row of what the models read."""
+    named = {}
+    if params.sequence_variant:
+        named[OTHER_SEQUENCE[params.sequence]] = dict(sequence=OTHER_SEQUENCE[params.sequence])
+    if params.inputs_variant:
+        other = next(i for i in common.INPUTS if i != params.inputs)
+        named[other.replace(" ", "_").replace("'", "")] = dict(inputs=other)
+    return named
+
+
+def variant(params: Params, change: dict, log=print) -> pd.DataFrame:
+    """A variant (`variants`): every method and baseline on its own samples and bootstrapped models,
+    with every other setting as the main run's; its cycles table."""
+    other = dataclasses.replace(params, **change)
     devices = load_devices(other, log)
-    return cycles_table(run_cycles(other, devices, bootstrap(other, devices, log), log)).assign(sequence=other.sequence)
+    cycles = cycles_table(run_cycles(other, devices, bootstrap(other, devices, log), log))
+    return cycles.assign(sequence=other.sequence, inputs=other.inputs)
+
+
+def sensitivity(main: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per run (the main one and each variant): what it changes, each method's median accuracy over
+    devices after the last update (mean over seeds) and Colla's margin over each other method."""
+    rows = []
+    for name, cycles in {"main": main, **others}.items():
+        last = final(cycles)
+        medians = last.groupby(["method", "seed"]).accuracy.median().groupby("method").mean()
+        row = {"run": name, "sequence": last.sequence.iloc[0], "inputs": last.inputs.iloc[0]}
+        row |= {f"median accuracy, {m}": float(medians[m]) for m in METHODS}
+        rows.append(row | {f"Colla - {m}": float(medians["Colla"] - medians[m]) for m in METHODS if m != "Colla"})
+    return pd.DataFrame(rows)
 
 
 def run_controls(params: Params, devices: Devices, runs: list[SeedRun], log=print) -> pd.DataFrame:
@@ -113,22 +142,27 @@ class Checks:
     inputs: pd.DataFrame | None = None
     control: pd.DataFrame | None = None
     scale: pd.DataFrame | None = None
-    other: pd.DataFrame | None = None
+    others: dict[str, pd.DataFrame] = field(default_factory=dict)  # variant name -> its cycles table
+    tolerance: float = 0.02  # the controls' (`control_tolerance`), which the inputs rule applies
 
     def tables(self) -> dict[str, pd.DataFrame]:
         named = {"setting_choice": self.setting, "input_choice": self.inputs, "controls": self.control}
         named |= {"data_scale": self.scale}
         if self.control is not None:
             named["controls_summary"] = controls.summary(self.control)
-        if self.other is not None:
-            named[f"summary_{self.other.sequence.iloc[0]}"] = summary_table(final(self.other))
-            named[f"versus_baselines_{self.other.sequence.iloc[0]}"] = versus_baselines(final(self.other))
+        for name, cycles in self.others.items():
+            named[f"summary_{name}"] = summary_table(final(cycles))
+            named[f"versus_baselines_{name}"] = versus_baselines(final(cycles))
         return {k: v for k, v in named.items() if v is not None}
 
     def notes(self) -> dict:
         checked = None if self.control is None else controls.summary(self.control)
+        chosen = None if self.inputs is None else controls.chosen_regularization(self.inputs)
         return {
-            "inputs_measured": None if self.inputs is None else controls.chosen_inputs(self.inputs),
+            "inputs_measured": None if self.inputs is None else controls.chosen_inputs(self.inputs, self.tolerance),
+            "regularization_measured": None
+            if chosen is None
+            else dict(zip(("feature_dropout", "weight_decay"), chosen)),
             "client_setting_measured": None
             if self.setting is None
             else dict(zip(controls.SETTING, controls.chosen_setting(self.setting))),
@@ -182,6 +216,10 @@ def conclude(
     measured = {f"Colla is more accurate than {m}": (wide["Colla"], wide[m]) for m in ("DT", "CT", "DT-ws")}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap, resampled="devices")
     tables = run_tables(params, devices, boot, cycles, groups, sizes) | checks.tables()
+    if checks.others:
+        tables["sensitivity"] = sensitivity(
+            cycles.assign(sequence=params.sequence, inputs=params.inputs), checks.others
+        )
     if checks.control is not None:
         data = tables["data"]
         samples = float(data[data.part != "bootstrap (cloud)"]["samples per device, median"].median())
@@ -217,6 +255,6 @@ def run(params: Params, log=print) -> record.Result:
     runs = run_cycles(params, devices, boot, log)
     control = run_controls(params, devices, runs, log)
     scale = controls.data_scale(params, devices, log)
-    other = variant(params, log) if params.sequence_variant else None
-    checks = Checks(setting, inputs, control, scale, other)
+    others = {name: variant(params, change, log) for name, change in variants(params).items()}
+    checks = Checks(setting, inputs, control, scale, others, params.control_tolerance)
     return conclude(params, devices, boot, runs, time.perf_counter() - start, checks)
