@@ -94,6 +94,29 @@ def test_fedavg_weights_clients_by_their_examples():
         )
 
 
+def test_the_warm_up_ramps_the_client_rate_from_cloudtrains_step_to_k_times_it_round_by_round():
+    ramp = fedavg_baseline.warmed(0.5, 4, 3)
+    assert [ramp(r) for r in (0, 1, 2, 3, 9)] == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.0])
+    params = exp.Params.for_scale("default")
+    assert params.fedavg_warmup_epochs == 1.0
+    assert fedavg_baseline.warmup_rounds(params, 12, 1, 4) == 3  # an epoch of 12 clients' data, 4 a round
+    assert fedavg_baseline.warmup_rounds(params, 12, 3, 4) == 1
+    assert fedavg_baseline.warmup_rounds(exp.Params.for_scale("default", fedavg_warmup_epochs=0.0), 12, 1, 4) == 0
+    with pytest.raises(ParameterError, match="fedavg_warmup_epochs"):
+        exp.Params.for_scale("smoke", fedavg_warmup_epochs=-1.0)
+    # the round's rate replaces the trainer's: a trainer at 9.0 with client_rate 0.1 is a trainer at 0.1
+    clients, task, model = _clients([6, 6]), ClassificationTask((5,), 3), _model()
+    start, trainer = model.get_weights(), Trainer(model, task, 9.0, "sgd")
+    _, rows = fedavg(trainer, start, clients, 2, 2, 1, 3, seed=0, client_rate=lambda r: 0.1 * r)
+    assert [row["client_rate"] for row in rows] == pytest.approx([0.1, 0.2])
+    at_01, _ = fedavg(Trainer(model, task, 0.1, "sgd"), start, clients, 1, 2, 1, 3, seed=0)
+    ramped, _ = fedavg(trainer, start, clients, 1, 2, 1, 3, seed=0, client_rate=lambda r: 0.1)
+    at_9, _ = fedavg(Trainer(model, task, 9.0, "sgd"), start, clients, 1, 2, 1, 3, seed=0)
+    for a, b in zip(at_01, ramped):
+        np.testing.assert_array_equal(a, b)
+    assert any(np.abs(a - b).max() > 1e-3 for a, b in zip(at_9, ramped))
+
+
 LINES = (
     "To be, or not to be, that is the question. Whether 'tis nobler in the mind to suffer the slings and "
     "arrows. Or to take arms against a sea of troubles, and by opposing end them. To die, to sleep, no more. "
@@ -381,10 +404,11 @@ def _words(data, samples) -> set[str]:
     return {data.vocab.words[i] for i in ids}
 
 
-def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_and_the_iid_control_passes():
+def test_fedavg_ablation_measures_the_non_iid_share_and_leaves_the_rows_open():
     import pandas as pd
 
     from ondevice.papers.autlearn import fedavg_ablation as ab
+    from ondevice.report import claims
 
     rng = np.random.default_rng(0)
     rows = []
@@ -398,18 +422,15 @@ def test_fedavg_ablation_explains_a_row_only_where_shuffled_clients_agree_and_th
     assert list(table.clients) == ["users (the protocol)", "shuffled (IID)"] * 2
     assert np.allclose(table[ab.ADVANTAGE], [0.20, 0.01, 0.20, 0.20])
     assert table.audit.iloc[1].startswith("agrees") and table.audit.iloc[3] == "unexplained"
-    verdicts = ["passes: within 2% of CloudTrain's held-out loss"] * 2
+    verdicts = ["passes: within 2% of CloudTrain's held-out loss", "fails: IID FedAvg's plateau is +6.4% above"]
     control = pd.DataFrame(dict(model=["LSTM", "MobileNet"], seed=0, verdict=verdicts))
     why = ab.diagnoses(table, control)
-    assert (
-        list(why) == ["CloudTrain beats FedAvg (LSTM)"] and why["CloudTrain beats FedAvg (LSTM)"].section == ab.SECTION
-    )
-    assert (
-        "+1.0%" in why["CloudTrain beats FedAvg (LSTM)"].text and "+20.0%" in why["CloudTrain beats FedAvg (LSTM)"].text
-    )
-    # a FedAvg that fails its IID control explains nothing, however well its shuffled row agrees
-    control.loc[0, "verdict"] = "fails: IID FedAvg's plateau is +6.4% above CloudTrain's held-out loss"
-    assert ab.diagnoses(table, control) == {}
+    # non-IID data is a property the paper's clients share: it never closes the row, even where shuffling agrees
+    assert list(why) == ["CloudTrain beats FedAvg (LSTM)", "CloudTrain beats FedAvg (MobileNet)"]
+    assert all(d.kind == claims.Kind.OPEN and d.section == ab.SECTION for d in why.values())
+    lstm, mobilenet = why["CloudTrain beats FedAvg (LSTM)"].text, why["CloudTrain beats FedAvg (MobileNet)"].text
+    assert "+1.0%" in lstm and "+20.0%" in lstm and "non-IID too" in lstm and verdicts[0] in lstm
+    assert verdicts[1] in mobilenet
 
 
 # ---- the cloud baselines' runs are stored: an interrupted notebook resumes ----------------------------
@@ -598,20 +619,18 @@ def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_
     assert cloud_baselines.every_layer(lstm, "text") is lstm
 
 
-def test_the_iid_control_passes_within_its_tolerance_and_says_when_centralized_sgd_is_left_behind():
+def test_the_iid_control_passes_within_its_tolerance_below_cloudtrain_included():
     verdict = fedavg_baseline._verdict
-    assert verdict(0.015, 0.02, "plateau").startswith("passes: within 2%")
-    assert verdict(-0.094, 0.02, "plateau") == (
-        "passes: IID FedAvg's plateau is -9.4% below centralized SGD's at its rate, which that misses"
-    )
-    assert verdict(0.064, 0.02, "plateau").startswith("fails: IID FedAvg's plateau is +6.4% above")
+    assert verdict(0.015, 0.02, "plateau").startswith("passes: within 2% of CloudTrain's")
+    assert verdict(-0.094, 0.02, "plateau").startswith("passes")  # one-sided: below CloudTrain is no failure
+    assert verdict(0.064, 0.02, "plateau").startswith("fails: IID FedAvg's plateau is +6.4% above CloudTrain's")
     assert verdict(0.064, 0.02, "cap").startswith("fails: the round cap ended")
     assert verdict(float("nan"), 0.02, "plateau").startswith("fails")
 
 
-def test_the_iid_control_is_judged_against_centralized_sgd_at_fedavgs_rate_with_cloudtrain_beside_it():
-    """The known answer is centralized SGD at IID FedAvg's rate (`fedavg_baseline.MATCHED`), not the
-    chosen CloudTrain, whose gap is shown beside it; seeds without shuffled clients have no row."""
+def test_the_iid_control_is_judged_against_the_chosen_cloudtrain_the_rows_compare_with():
+    """The known answer is the chosen CloudTrain itself, the baseline of the rows the control vouches
+    for; the users' FedAvg is shown beside it; seeds without shuffled clients have no row."""
 
     def curve(method, seed, losses):
         return [
@@ -620,12 +639,11 @@ def test_the_iid_control_is_judged_against_centralized_sgd_at_fedavgs_rate_with_
             for i, v in enumerate(losses)
         ]
 
-    history = curve(exp.CLOUD, 0, [3.0, 2.9]) + curve(fedavg_baseline.MATCHED, 0, [3.1, 3.0])
-    history += curve(exp.fedavg_ablation.SHUFFLED, 0, [3.2, 3.03]) + curve(exp.FED, 0, [3.3, 3.1])
+    history = curve(exp.CLOUD, 0, [3.0, 2.9])
+    history += curve(exp.fedavg_ablation.SHUFFLED, 0, [3.2, 2.929]) + curve(exp.FED, 0, [3.3, 3.1])
     history += curve(exp.CLOUD, 1, [3.0, 2.95]) + curve(exp.FED, 1, [3.3, 3.2])
     table = fedavg_baseline.control_table(history, 0.02, exp.CLOUD, exp.FED)
     assert len(table) == 1 and table.seed.iloc[0] == 0
     row = table.iloc[0]
-    assert row.centralized_loss == 3.0 and row.relative_gap == pytest.approx(0.01) and row.verdict.startswith("passes")
-    assert row.cloudtrain_loss == 2.9 and row.gap_to_cloudtrain == pytest.approx(3.03 / 2.9 - 1)
-    assert row.users_fedavg_loss == 3.1
+    assert row.cloudtrain_loss == 2.9 and row.relative_gap == pytest.approx(0.01) and row.verdict.startswith("passes")
+    assert row.users_fedavg_loss == 3.1 and row.users_gap_to_cloudtrain == pytest.approx(3.1 / 2.9 - 1)

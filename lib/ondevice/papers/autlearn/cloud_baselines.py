@@ -161,11 +161,13 @@ def converge_fedavg(
     evaluate_every: int = 0,
     log=None,
     together=None,
+    client_rate=None,
 ):
     """FedAvg to convergence: the start scored (round 0), then at most `cap` rounds of `fedavg`
     ending at `stop`'s plateau of `evaluate`, scored every `evaluate_every` rounds (0: an epoch of
     the examples, ceil(clients / (local x per_round)) rounds, as CloudTrain is scored every epoch;
-    the patience counts evaluations); `together`: a round's clients at once (`fedavg`'s). Its
+    the patience counts evaluations); `together`: a round's clients at once, `client_rate`: the
+    clients' rate by round (both `fedavg`'s). Its
     curve: a row per round (held-out loss NaN between evaluations). One rule in one unit holds when
     the clients step at `per_round` times the centralized rate (`fedavg_baseline.train`): the
     global model then moves per example as far as centralized SGD does."""
@@ -173,10 +175,11 @@ def converge_fedavg(
     every = evaluate_every or math.ceil(len(clients) / (local * per_round))
     trainer.reset(start)
     first = _point(0, 0, total, np.nan, evaluate(trainer.model))
-    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every, together=together)
+    rule = dict(log=log, evaluate=evaluate, stop=stop, evaluate_every=every, together=together, client_rate=client_rate)
     _, rounds = fedavg(trainer, start, clients, cap, per_round, local, batch_size, seed, **rule)
     seen = np.cumsum([r["examples"] * local for r in rounds])
-    points = [first] + [_point(r["round"], n, total, r["client_loss"], r) for r, n in zip(rounds, seen)]
+    ramp = lambda r: {"client_rate": r["client_rate"]} if "client_rate" in r else {}  # noqa: E731
+    points = [first] + [_point(r["round"], n, total, r["client_loss"], r) | ramp(r) for r, n in zip(rounds, seen)]
     return _ended(points, "round", rounds.best_round, rounds.plateau, cap)
 
 

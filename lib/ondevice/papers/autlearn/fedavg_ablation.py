@@ -2,17 +2,17 @@
 more than the paper's 1%. FedAvg's clients are the users, each with one role's lines or one
 writer's characters (non-IID data), so each round's local training pulls the model toward a few
 users' data (client drift), which pooled training never sees. The same FedAvg (`fedavg_baseline`:
-rounds, clients per round, stopping rule, start weights and client draws, its local epochs and
-client rate chosen by the same rule on these clients) on *shuffled* clients, as many as the users
-and each as large as its user's training set, filled with samples drawn at random from every user's
-training data, removes only that: the data, its amount and the client sizes stay. Run on the first
-seed; it is also FedAvg's known-answer control (`fedavg_baseline.control_table`).
+rounds, clients per round, stopping rule, start weights and client draws, the users' chosen local
+epochs, client rate and warm-up) on *shuffled* clients, as many as the users and each as large as
+its user's training set, filled with samples drawn at random from every user's training data,
+removes only that: the data, its amount and the client sizes stay. Run on the first seed; it is
+also FedAvg's known-answer control (`fedavg_baseline.control_table`).
 
-The rule, fixed before any run: the row "CloudTrain beats FedAvg (<model>)" is explained when, with
-shuffled clients, CloudTrain's advantage agrees with the paper's change (`claims.audit`: the
-interval contains it, or it is within 3x and of its sign), and the model's control passes (a
-FedAvg that cannot reach centralized SGD at its rate on IID clients says nothing about non-IID ones); otherwise the
-row stays unexplained and the table shows what shuffling changed.
+The rule, fixed before any run: shuffling measures how much of CloudTrain's advantage the users'
+non-IID split makes. It is no diagnosis of our difference from the paper: the paper's clients
+(writers, roles) were non-IID as well, so a property both share cannot explain why our gap is
+larger (issue 70). The row's diagnosis states the measurement, with the control's verdict (a
+FedAvg that cannot reach CloudTrain on IID clients says nothing about non-IID ones), and stays open.
 """
 
 from __future__ import annotations
@@ -86,16 +86,16 @@ def table(users: pd.DataFrame, paper: claims.Paper, cloud: str, fedavg: str, see
 
 
 def diagnoses(ablation: pd.DataFrame, control: pd.DataFrame) -> dict[str, claims.Diagnosis]:
-    """CLAIM of each model whose shuffled-clients row agrees with the paper and whose control
-    (`fedavg_baseline.control_table`) passes (the module's rule) -> its diagnosis, whose cause is the
-    data (the users' non-IID split); none for the others."""
-    out, passed = {}, set(control.model[control.verdict.str.startswith("passes")])
+    """CLAIM of each model -> its diagnosis (the module's rule): CloudTrain's advantage with users
+    and with shuffled clients, and the control's verdict; open, since the paper's clients were
+    non-IID too."""
+    out, verdicts = {}, dict(zip(control.model, control.verdict))
     for model, g in ablation.groupby("model", sort=False):
         users, shuffled = (g[g.clients.str.startswith(c)].iloc[0] for c in ("users", "shuffled"))
-        if not shuffled.audit.startswith("agrees") or model not in passed:
-            continue
         change = lambda r: f"{r[ADVANTAGE]:+.1%} [{r['ci low']:+.1%}, {r['ci high']:+.1%}]"  # noqa: E731
-        text = "the users' non-IID data: with shuffled clients (the same data and client sizes) CloudTrain beats "
-        text += f"FedAvg by {change(shuffled)}, with users as clients {change(users)} (first seed)"
-        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION, claims.Kind.DATA)
+        text = "with shuffled (IID) clients, the same data, client sizes and setting, CloudTrain beats FedAvg by "
+        text += f"{change(shuffled)} ({shuffled.audit} with the paper), with users as clients {change(users)} (first "
+        text += "seed); the paper's clients were non-IID too, so this does not explain our difference from it; "
+        text += f"the IID control {verdicts.get(model, 'did not run')}"
+        out[CLAIM.format(model)] = claims.Diagnosis(text, SECTION, claims.Kind.OPEN)
     return out

@@ -18,31 +18,28 @@ wins, ties and diverged runs to the earlier pair, and trains on to its plateau w
 That run is the first seed's FedAvg; later seeds train with the chosen pair. The default screens 2
 (LSTM) and 9 (MobileNet) epochs of examples at one local epoch (3 times as many at three).
 
-The rule runs on each client set by itself: the users, and the shuffled (IID) clients of the
-control below, so the control judges FedAvg at the setting the rule gives IID clients, not at the
-users' setting. Measured on MobileNet (default, seed 0, 2026-12-06; diagnostics, not this rule's
-runs): at grid 0.01 (1 local epoch, the users' choice) IID FedAvg kept 0.589 against centralized SGD
-0.01's 0.536 (+9.9%: the known answer fails at that rate; one client a round, no averaging, kept
-0.549), and at grid 0.03 (clients at 0.09) 0.519 against SGD 0.03's 0.540. Why averaging three
-clients stepping at 0.03 settles above SGD 0.01 is open.
+The clients' rate warms up (`warmup_rounds`, `warmed`): it starts at the grid rate, the step
+CloudTrain takes, and rises linearly to K times it over `fedavg_warmup_epochs` epochs of examples
+(Goyal et al.'s gradual warm-up for linear scaling), so that the grid can hold CloudTrain's own rate:
+without it the LSTM's clients at CloudTrain's 1.0 (4.0 each, K = 4) reached a local loss of 6.2 in
+round 1 (default, seed 0, 2026-12-06), while CloudTrain at 1.0 trains.
 
-The known-answer control (`control_table`): on shuffled (IID) clients, FedAvg at grid rate r and
-centralized SGD at r (`matched_cloud`) minimise the same pooled loss (the example-weighted mean of
-the clients' losses) with the same step per example, so at convergence (plateaus after their rate
-cuts) IID FedAvg's kept held-out loss must come within `fedavg_control_tolerance` (relative, fixed
-in the preset before any run) of centralized SGD's; if it does not, FedAvg is wrong, whatever the
-non-IID gap. The chosen CloudTrain is no known answer for it: SGD at different rates settles in
-different places (the LSTM, default, seed 0, 2026-12-06, with two cuts: SGD 1.0 2.910, SGD 0.3
-2.956), and FedAvg's clients cannot step at K times CloudTrain's best rate (the LSTM's at 4.0 rose to
-a local loss of 6.2 in round 1). Measured then at matched rates: IID FedAvg at grid 0.3 and one
-local epoch 2.963 against SGD 0.3's 2.956 (+0.2%). This rule's runs (default, seed 0, 2026-12-06,
-the model cache's, made by the notebook's calls): the LSTM's shuffled clients chose 3 local epochs
-at grid 0.3 and kept 2.993 against SGD 0.3's 2.956 (+1.2%, passes); MobileNet's chose 1 at 0.03
-and kept 0.519 against SGD 0.03's 0.540 (-4.0%, passes). The table shows the gap to CloudTrain.
+The known-answer control (`control_table`) runs in the condition of the rows it vouches for and
+against their baseline: FedAvg with the users' chosen setting (local epochs, rate, warm-up, cuts) on
+*shuffled* clients (IID: as many and as large as the users, `fedavg_ablation`), whose kept held-out
+loss must come within `fedavg_control_tolerance` (relative, fixed before any run) of the chosen
+CloudTrain's, the very run the rows compare FedAvg with: on IID clients FedAvg minimises the pooled
+loss CloudTrain minimises, so at convergence it must reach it; if it does not, our FedAvg (or its
+setting) cannot reach the baseline, whatever the users' non-IID data do. The earlier control chose
+IID FedAvg's own setting on the shuffled clients and judged it against centralized SGD at that rate
+(the LSTM 2.993 against SGD 0.3's 2.956, passing, while the rows' CloudTrain, SGD 1.0, kept 2.910;
+MobileNet 0.519 against SGD 0.03's 0.540, while at the users' grid 0.01, one local epoch, no warm-up,
+IID FedAvg kept 0.589 against CloudTrain's SGD 0.01 at 0.536, +9.9%: default, seed 0, 2026-12-06).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import NamedTuple
 
@@ -51,16 +48,15 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.engine.stage import resumable
-from ondevice.papers.autlearn import cached_runs, cloud_baselines, cloud_choice, common, protocol, report, screening
+from ondevice.papers.autlearn import cached_runs, cloud_baselines, common, protocol, report, screening
 from ondevice.papers.autlearn.common import MODEL_NAMES
-from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED, shuffled_clients
+from ondevice.papers.autlearn.fedavg_ablation import SHUFFLED
 from ondevice.training.bucketing import EqualLength
 from ondevice.training.many_users import ManyUsers
 from ondevice.training.rate_cuts import RateCuts, with_cuts
 from ondevice.training.trainer import Trainer
 
 CLIENTS = {False: "users", True: "shuffled (IID)"}  # the client sets a setting is chosen on
-MATCHED = "CloudTrain by SGD at IID FedAvg's rate (control)"  # the known answer's centralized run
 
 
 def check(params) -> None:
@@ -70,6 +66,7 @@ def check(params) -> None:
     for name in ("text_fedavg_rate_candidates", "image_fedavg_rate_candidates"):
         params.require(bool(getattr(params, name)) and min(getattr(params, name)) > 0, name, "must hold positive rates")
     params.require(params.fedavg_control_tolerance > 0, "fedavg_control_tolerance", "must be positive")
+    params.require(params.fedavg_warmup_epochs >= 0, "fedavg_warmup_epochs", "must be >= 0 (0: no warm-up)")
     for kind in ("text", "image"):
         name, cap = f"{kind}_fedavg_screen_rounds", rounds_and_clients(params, kind)[0]
         params.require(0 <= screen_rounds(params, kind) < cap, name, f"must be 0 (no screen) or below the cap {cap}")
@@ -139,16 +136,38 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
     setting |= cached_runs.model_fields(params, kind) | (dict(cuts=asdict(cuts)) if cuts.cuts else {})
     data = [cached_runs.digest(start), cached_runs.digest(clients), holdout.digest]
 
+    warm = warmup_rounds(params, len(clients), local_epochs, per_round)
+    if warm:
+        setting |= dict(warmup_rounds=warm)
+
     def phase(k: int, phase_rate: float) -> list[dict]:  # each cut draws its own clients
         trainer.learning_rate = phase_rate * per_round
         draws = streams.tf_seed(seed, f"fedavg/{kind}" + (f"/cut{k}" if k else ""))
         fed = (rounds, per_round, local_epochs, batch, draws)
-        return cloud_baselines.converge_fedavg(trainer, start if k == 0 else model.get_weights(), clients, *fed, **rule)
+        ramp = dict(client_rate=warmed(phase_rate, per_round, warm)) if warm and k == 0 else {}
+        weights = start if k == 0 else model.get_weights()
+        return cloud_baselines.converge_fedavg(trainer, weights, clients, *fed, **rule, **ramp)
 
     run = lambda: with_cuts(cuts, rate, phase, model)  # noqa: E731
     builders = (train, client_trainer, clients_together)  # the clients' step is in the key: not in cached_runs.CODE
     curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, builders, log)
-    return [p | dict(local_epochs=local_epochs, client_rate=p.get("learning_rate", rate) * per_round) for p in curve]
+    scaled = lambda p: p.get("client_rate", p.get("learning_rate", rate) * per_round)  # noqa: E731
+    return [p | dict(local_epochs=local_epochs, client_rate=scaled(p)) for p in curve]
+
+
+def warmup_rounds(params, clients: int, local_epochs: int, per_round: int) -> int:
+    """Rounds of the warm-up: `fedavg_warmup_epochs` epochs of examples (a round trains `local_epochs`
+    x `per_round` of `clients` clients' data), at least one round when it is on (0: off)."""
+    if not params.fedavg_warmup_epochs:
+        return 0
+    return max(1, math.ceil(params.fedavg_warmup_epochs * clients / (local_epochs * per_round)))
+
+
+def warmed(rate: float, per_round: int, rounds: int):
+    """round -> the clients' rate: from `rate`, the centralized step CloudTrain takes, linearly up to
+    `per_round` x `rate` (the module's scaling) over `rounds` rounds, then there (Goyal et al.'s gradual
+    warm-up: a client's first local steps at K times the rate diverged where CloudTrain's trained)."""
+    return lambda r: rate * (1 + (per_round - 1) * min(1.0, r / rounds))
 
 
 def choose(params, kind: str, pre: common.Pretrained, clients: dict, iid: bool, holdout, log=print) -> Choice:
@@ -179,15 +198,14 @@ def _choose(params, kind: str, pre: common.Pretrained, clients: dict, iid: bool,
     return Choice(e, r, s.weights, s.curve, table)
 
 
-def choose_all(params, text, images, pre, log=print) -> tuple[dict[str, dict[bool, Choice]], pd.DataFrame]:
-    """`choose` on both kinds and both client sets (the first seed's public models, users and
-    shuffled clients): kind -> iid -> choice, and one table."""
+def choose_all(params, text, images, pre, log=print) -> tuple[dict[str, Choice], pd.DataFrame]:
+    """`choose` on both kinds with the users as clients (the first seed's public models): kind ->
+    choice, and one table. The shuffled clients of the control train with the users' choice."""
     choices = {}
     for kind, data in (("text", text), ("image", images)):
         holdout, first = cloud_baselines.holdout_loss(kind, data.validation), pre[kind][params.seed]
-        sets = {False: data.train, True: shuffled_clients(kind, data, params.seed)}
-        choices[kind] = {iid: choose(params, kind, first, clients, iid, holdout, log) for iid, clients in sets.items()}
-    return choices, pd.concat([c.table for sets in choices.values() for c in sets.values()], ignore_index=True)
+        choices[kind] = choose(params, kind, first, data.train, False, holdout, log)
+    return choices, pd.concat([c.table for c in choices.values()], ignore_index=True)
 
 
 def federate(params, kind, model, start, clients, holdout, seed, choice: Choice, reuse: bool, log) -> list[dict]:
@@ -199,45 +217,28 @@ def federate(params, kind, model, start, clients, holdout, seed, choice: Choice,
     return train(params, kind, model, start, clients, holdout, seed, choice.local_epochs, choice.learning_rate, log)
 
 
-def matched_cloud(params, kind: str, data, pre: common.Pretrained, iid: Choice, cloud, log) -> list[dict]:
-    """The control's known answer on the first seed: centralized SGD at the rate IID FedAvg stands for
-    (its chosen grid rate), from CloudTrain's start on the pooled training parts to its plateau with
-    its cuts; the chosen CloudTrain's run itself when that is SGD at the same rate."""
-    if (cloud.optimizer, cloud.learning_rate) == ("sgd", iid.learning_rate):
-        return cloud.curve
-    holdout = cloud_baselines.holdout_loss(kind, data.validation)
-    start, pooled = cloud_choice.start_weights(params, kind, data, pre, params.seed), data.pooled_train()
-    return cloud_baselines.cloud_train(
-        params, kind, pre.model, start, pooled, holdout, params.seed, log, "sgd", iid.learning_rate
-    )
-
-
 def control_table(history: list[dict], tolerance: float, cloud: str, fedavg: str) -> pd.DataFrame:
     """Per model and seed with shuffled clients, from the convergence curves: IID FedAvg's kept
-    held-out loss against centralized SGD's at the same rate (`matched_cloud`, the known answer),
-    the relative gap and the verdict against `tolerance` (`report.stopping_table`); beside them the
-    chosen CloudTrain's (`cloud`) and the users' FedAvg's (`fedavg`), and IID FedAvg's gap to
-    CloudTrain."""
+    held-out loss (the users' setting on shuffled clients) against the chosen CloudTrain's (`cloud`,
+    the known answer), the relative gap and the verdict against `tolerance` (`report.stopping_table`);
+    beside them the users' FedAvg (`fedavg`)."""
     rows, stopping = [], report.stopping_table(pd.DataFrame(history))
     for (model, seed), g in stopping.groupby(["model", "seed"], sort=False):
         if SHUFFLED not in set(g.method):
             continue
-        m, s, c, f = (g[g.method == name].iloc[0] for name in (MATCHED, SHUFFLED, cloud, fedavg))
-        gap = s.kept_holdout_loss / m.kept_holdout_loss - 1
-        row = dict(model=model, seed=seed, centralized_loss=m.kept_holdout_loss, centralized_ended_by=m.ended_by)
+        c, s, f = (g[g.method == name].iloc[0] for name in (cloud, SHUFFLED, fedavg))
+        gap = s.kept_holdout_loss / c.kept_holdout_loss - 1
+        row = dict(model=model, seed=seed, cloudtrain_loss=c.kept_holdout_loss, cloudtrain_ended_by=c.ended_by)
         row |= dict(iid_fedavg_loss=s.kept_holdout_loss, iid_kept_round=s.kept, iid_ended_by=s.ended_by)
         row |= dict(iid_epochs_seen=s.kept_epochs_seen, relative_gap=gap, tolerance=tolerance)
-        row |= dict(verdict=_verdict(gap, tolerance, s.ended_by), cloudtrain_loss=c.kept_holdout_loss)
-        row |= dict(gap_to_cloudtrain=s.kept_holdout_loss / c.kept_holdout_loss - 1)
-        rows.append(row | dict(users_fedavg_loss=f.kept_holdout_loss))
+        row |= dict(verdict=_verdict(gap, tolerance, s.ended_by), users_fedavg_loss=f.kept_holdout_loss)
+        rows.append(row | dict(users_gap_to_cloudtrain=f.kept_holdout_loss / c.kept_holdout_loss - 1))
     return pd.DataFrame(rows)
 
 
 def _verdict(gap: float, tolerance: float, ended_by: str) -> str:
-    if np.isfinite(gap) and gap < -tolerance:  # the control is one-sided; a centralized model left behind is news
-        return f"passes: IID FedAvg's plateau is {gap:+.1%} below centralized SGD's at its rate, which that misses"
-    if np.isfinite(gap) and gap <= tolerance:
-        return f"passes: within {tolerance:.0%} of centralized SGD's held-out loss at the same rate"
+    if np.isfinite(gap) and gap <= tolerance:  # one-sided: below CloudTrain is no failure of FedAvg
+        return f"passes: within {tolerance:.0%} of CloudTrain's held-out loss (or below it)"
     if ended_by == "cap":
         return "fails: the round cap ended IID FedAvg before its plateau (not converged)"
-    return f"fails: IID FedAvg's plateau is {gap:+.1%} above centralized SGD's at the same rate"
+    return f"fails: IID FedAvg's plateau is {gap:+.1%} above CloudTrain's"

@@ -81,6 +81,7 @@ class Params(common.AutLearnParams):
     text_fedavg_screen_rounds: int = 0  # every pair this many rounds, the best on to its plateau (0: none)
     image_fedavg_screen_rounds: int = 0
     fedavg_control_tolerance: float = 0.02  # relative, IID FedAvg's kept held-out loss over CloudTrain's
+    fedavg_warmup_epochs: float = 1.0  # clients' rate from the grid's up to clients-a-round x it (fedavg_baseline)
     fedavg_together: bool = False  # a round's LSTM clients at once: slower (fedavg_baseline.clients_together)
     # One stopping rule for both (fixed before any run, never tuned on test users): the loss on all data of the
     # validation users after every epoch of examples (FedAvg: `cloud_baselines.converge_fedavg`), ending after
@@ -161,7 +162,7 @@ def on_device(params: Params, text: common.TextData, pre, log=print) -> pd.DataF
 def methods(params: Params, kind: str, data, pre: dict[int, common.Pretrained], fedavg, cloud, custom, log=print):
     """Every method on every user of one kind, for every seed: one row per (seed, user, method) with its scores,
     and the convergence curves of CloudTrain and FedAvg (a row per epoch/round); `fedavg`, `cloud`, `custom`: the
-    kind's `fedavg_baseline.Choice`s (users, shuffled), `cloud_choice.CloudChoice` and CloudCustomize's step."""
+    kind's `fedavg_baseline.Choice` (the users'), `cloud_choice.CloudChoice` and CloudCustomize's step."""
     runs = [_one_seed(params, kind, data, pre[seed], seed, fedavg, cloud, custom, log) for seed in params.seed_list]
     return [r for rows, _ in runs for r in rows], [h for _, history in runs for h in history]
 
@@ -202,14 +203,13 @@ def _one_seed(params: Params, kind: str, data, pre: common.Pretrained, seed: int
         record_(CLOUD, [user], cloud_weights)
         record_(CUSTOM, [user], cloud_weights, custom_step)
     # FedAvg: from the public model, the users as clients, to the plateau, with the chosen setting (the
-    # first seed's is the chosen run itself); the first seed also on shuffled clients with theirs (the IID control)
+    # first seed's is the chosen run itself); the first seed also on shuffled clients with the same setting (the
+    # IID control, whose known answer is the CloudTrain above)
     for method, client_data in fedavg_ablation.client_sets(FED, kind, data, seed, ablate=seed == params.seed).items():
-        choice, reuse = fedavg[method == fedavg_ablation.SHUFFLED], seed == params.seed
-        points = fedavg_baseline.federate(params, kind, model, start, client_data, holdout, seed, choice, reuse, log)
+        reuse = seed == params.seed and method == FED
+        points = fedavg_baseline.federate(params, kind, model, start, client_data, holdout, seed, fedavg, reuse, log)
         curve(method, points)
         record_(method, data.users)
-    if seed == params.seed:  # the IID control's known answer: centralized SGD at IID FedAvg's rate
-        curve(fedavg_baseline.MATCHED, fedavg_baseline.matched_cloud(params, kind, data, pre, fedavg[True], cloud, log))
     log(f"{MODELS[kind]} seed {seed}: CloudTrain, CloudCustomize and FedAvg scored")
     return rows, history
 

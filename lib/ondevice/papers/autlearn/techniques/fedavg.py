@@ -10,12 +10,14 @@ round) a round's clients train at once, each on its own batches from its own ran
 client's weights are those it gets alone, to float32 rounding (`tests/test_autlearn_accuracy.py`).
 
 Like `Trainer.fit`, the loop can score the global model on held-out data and stop at a plateau
-(a `Plateau` of `ondevice.training.trainer`), so that FedAvg is compared at convergence.
+(a `Plateau` of `ondevice.training.trainer`), so that FedAvg is compared at convergence. A
+`client_rate(round)` sets the clients' learning rate round by round (a warm-up: Goyal et al., 2017).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -72,6 +74,7 @@ def fedavg(
     stop: Plateau | None = None,
     evaluate_every: int = 1,
     together: ManyUsers | None = None,
+    client_rate: Callable[[int], float] | None = None,
 ) -> tuple[list[np.ndarray], Rounds]:
     """Global weights after at most `rounds` of FedAvg from `start`, and one history row per round.
 
@@ -82,7 +85,8 @@ def fedavg(
     `evaluate(model)` (a dict of floats) scores the global weights after every `evaluate_every`-th
     round and after the last; its values join that round's row. With `stop`, rounds end when the
     monitored value reaches a plateau (patience counted in evaluations, not rounds) and the weights
-    the rule keeps are returned and left in the model (`Rounds.best_round`)."""
+    the rule keeps are returned and left in the model (`Rounds.best_round`). `client_rate(r)`: the
+    clients' learning rate in round r (recorded in its row); None: the trainer's, every round."""
     if not 1 <= clients_per_round <= len(clients):
         raise ValueError(f"clients_per_round must be in 1..{len(clients)}, got {clients_per_round}")
     if stop is not None and evaluate is None:
@@ -94,6 +98,11 @@ def fedavg(
     watch = stop.watch() if stop is not None else None
     for r in range(1, rounds + 1):
         begin = time.perf_counter()
+        rate = {}
+        if client_rate is not None:
+            trainer.learning_rate = rate["client_rate"] = float(client_rate(r))
+            if together is not None:
+                together.learning_rate = trainer.learning_rate
         picked = [
             ids[i]
             for i in sorted(streams.rng(seed, f"fedavg/round/{r}").choice(len(ids), clients_per_round, replace=False))
@@ -103,7 +112,7 @@ def fedavg(
         updates, losses = clients_together(together, *fit) if together else clients_alone(trainer, *fit)
         sizes = [trainer.task.size(clients[c]) for c in picked]
         weights = average(updates, sizes)
-        row = {"round": r, "clients": len(picked), "examples": int(sum(sizes))}
+        row = {"round": r, "clients": len(picked), "examples": int(sum(sizes)), **rate}
         row |= {"client_loss": float(np.average(losses, weights=sizes)), "seconds": time.perf_counter() - begin}
         scored = evaluate is not None and (r % evaluate_every == 0 or r == rounds)
         if scored:
