@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from ondevice.papers.autlearn import feature_gap
+from ondevice.papers.autlearn import feature_gap, resolution
 from ondevice.report import claims
 
 DATA = pd.DataFrame(
@@ -41,3 +41,27 @@ def test_tie_gives_a_data_diagnosis_with_the_public_word_count():
 def test_customize_clearly_below_cloud_leaves_the_row_open():
     out = feature_gap.diagnoses(users(-0.05), "CloudCustomize", "CloudTrain", DATA, np.random.default_rng(1), 200)
     assert out == {}
+
+
+# ---- MobileNet: AutLearn's frozen features against the input resolution (`resolution`) ----------
+
+
+def image_users(cloud: float) -> pd.DataFrame:
+    rows = [dict(kind="image", seed=s, user=f"w{u}", method="CloudTrain", top1=cloud) for s in (0, 1) for u in range(4)]
+    return pd.DataFrame(rows + [dict(kind="image", seed=1, user="w0", method="CloudTrain", top1=0.0)])
+
+
+def curve(top1: list[float], run_size: int = 64) -> pd.DataFrame:
+    sizes = resolution.RESOLUTIONS
+    table = pd.DataFrame(dict(image_size=sizes, users=4, autlearn_mean_top1=top1))
+    return table.assign(run_size=table.image_size == run_size)
+
+
+def test_the_resolution_row_reads_scale_when_the_largest_size_closes_half_the_gap_else_open():
+    # CloudTrain 0.8 on the first seed (the second seed's other value is not read); AutLearn 0.5 at 64 px
+    scale = resolution.diagnosis(curve([0.5, 0.6, 0.66]), image_users(0.8), "CloudTrain", 0)[resolution.CLAIM]
+    assert scale.kind is claims.Kind.SCALE and "closes 53% of the gap" in scale.text and "224 px 0.660" in scale.text
+    open_ = resolution.diagnosis(curve([0.5, 0.6, 0.64]), image_users(0.8), "CloudTrain", 0)[resolution.CLAIM]
+    assert open_.kind is claims.Kind.OPEN and "closes 47% of the gap" in open_.text
+    worse = resolution.diagnosis(curve([0.5, 0.45, 0.4]), image_users(0.8), "CloudTrain", 0)[resolution.CLAIM]
+    assert worse.kind is claims.Kind.OPEN

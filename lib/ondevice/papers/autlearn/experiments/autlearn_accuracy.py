@@ -19,7 +19,7 @@ top-k-eff beside it), means over users with bootstrap intervals and paired compa
 relative numbers (Sec. 4.2) are normalised to CloudTrain = 1 per model.
 
 Stages (`run` calls them all, long ones resume): `load`, `pretrain`, `choose_rates`, the choices (`fedavg_baseline`,
-`cloud_choice`, `customize_choice`), `text_methods`, `image_methods`, `on_device`, `conclude`.
+`cloud_choice`, `customize_choice`), `text_methods`, `image_methods`, `resolution.curve`, `on_device`, `conclude`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import pandas as pd
 from ondevice import streams
 from ondevice.engine.stage import resumable
 from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.papers.autlearn import resolution as feature_resolution
 from ondevice.papers.autlearn.cloud_baselines import holdout_loss
 from ondevice.papers.autlearn.customize_choice import choose_all as choose_customize
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
@@ -233,8 +234,9 @@ def summary_table(users: pd.DataFrame, params: Params) -> pd.DataFrame:
     return report.accuracy_summary(users, METHODS, streams.rng(params.seed, "bootstrap/summary"), params.bootstrap)
 
 
-def conclude(params: Params, text, images, pre, rows, history, rates, tflite_check, wall_time_s, custom_curves=()):
-    """Tables, the paper's relative numbers beside ours, and paired three-way verdicts."""
+def conclude(params: Params, text, images, pre, rows, history, rates, tflite_check, wall_time_s, extra=None):
+    """Tables, the paper's relative numbers beside ours, and paired three-way verdicts; `extra`: more
+    tables by name (the CloudTrain CloudCustomize's step is chosen on, the resolution curve)."""
     users, rng = users_table(rows), streams.rng(params.seed, "bootstrap")
     means = {(MODELS[k], m): _matrix(users, k, m).mean(axis=1) for k in MODELS for m in METHODS}  # per seed
     c = Conclusion(NAME, params, PAPER)
@@ -247,6 +249,8 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     control = fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED)
     why = fedavg_ablation.diagnoses(ablation, control)
     why |= gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
+    if (extra or {}).get("resolution") is not None:
+        why |= feature_resolution.diagnosis(extra["resolution"], users, CLOUD, params.seed)
     effects = c.effects(measured, rng, n_boot=boots, statistic="mean", diagnoses=why)
     first = lambda effect: {"effect": effect, "paper change": np.nan}
     pairs = [(e, _matrix(users, k, b), _matrix(users, k, w)) for e, k, b, w in ORDERINGS]
@@ -264,19 +268,15 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
         "rate_selection": rates,
         "fedavg_ablation": ablation,
         "fedavg_control": control,
-        "customize_choice_training": pd.DataFrame(custom_curves),  # the CloudTrain CloudCustomize's step is chosen on
     }
     tables |= {"tflite_check": tflite_check} if tflite_check is not None else {}
+    tables |= {name: table for name, table in (extra or {}).items() if table is not None}
     # Shakespeare stands in for DeepType's keyboard logs, but is AutLearn's own data set (LEAF): no stand-in here
     data_summaries = [{**m.summary(), "stand_in_for": None} for m in text.manifests + [images.manifest]]
     data_summaries.append(common.mobilenet_weights(params)[0].summary())
     users_json = {"users.json": {"text": list(text.users), "image": list(images.users)}}
     notes = report.accuracy_notes(params, text, images, pre)
     return c.result(tables, data_summaries, None, wall_time_s, artifacts=users_json, **notes)
-
-
-def verdicts(effects: pd.DataFrame) -> str:
-    return report.verdicts(effects, "the paper: CloudCustomize is best, no number")
 
 
 def run(params: Params, log=print) -> record.Result:
@@ -291,9 +291,7 @@ def run(params: Params, log=print) -> record.Result:
     rates = pd.concat([rates, fedavg_rates, cloud_rates, custom_rates], ignore_index=True)
     rows, history = text_methods(params, text, pre, fedavg, cloud, custom, log)
     more, more_history = image_methods(params, images, pre, fedavg, cloud, custom, log)
+    curve = feature_resolution.curve(params, images, log)
+    extra = dict(customize_choice_training=pd.DataFrame(custom_curves), resolution=curve)
     check, wall = on_device(params, text, pre, log), time.perf_counter() - start
-    return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall, custom_curves)
-
-
-def plot_methods(users: pd.DataFrame):
-    return report.plot_methods(users, METHODS)
+    return conclude(params, text, images, pre, rows + more, history + more_history, rates, check, wall, extra)
