@@ -242,3 +242,25 @@ def _verdict(gap: float, tolerance: float, ended_by: str) -> str:
     if ended_by == "cap":
         return "fails: the round cap ended IID FedAvg before its plateau (not converged)"
     return f"fails: IID FedAvg's plateau is {gap:+.1%} above CloudTrain's"
+
+
+def plot_control(training: pd.DataFrame, tolerance: float, cloud: str):
+    """Per model, the first seed's held-out loss of IID FedAvg and of the chosen CloudTrain (`cloud`,
+    the control's known answer) against the examples seen; the band is CloudTrain's kept loss up to
+    the tolerance."""
+    import matplotlib.pyplot as plt
+
+    scored = training.dropna(subset=["holdout_loss"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, model in zip(axes, MODEL_NAMES.values()):
+        d = scored[(scored.model == model) & (scored.seed == scored.seed.min())]
+        for method in (cloud, SHUFFLED):
+            m = d[d.method == method]
+            ax.plot(m.epochs_seen, m.holdout_loss, marker="o", label=method)
+        kept = d[(d.method == cloud) & d.kept].holdout_loss
+        if len(kept):
+            ax.axhspan(kept.iloc[0], kept.iloc[0] * (1 + tolerance), color="0.85", label=f"{cloud} + {tolerance:.0%}")
+        xlabel = "examples seen (epochs of the pooled training data)"
+        ax.set(title=f"{model}: IID FedAvg against {cloud}", xlabel=xlabel, ylabel="loss on validation users")
+        ax.legend(frameon=False, fontsize=8)
+    return report._finish(fig)

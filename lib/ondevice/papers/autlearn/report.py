@@ -443,25 +443,25 @@ def plot_finish(finish: pd.DataFrame, params):
     return fig
 
 
-def plot_fedavg_control(training: pd.DataFrame, tolerance: float, cloud: str, shuffled: str):
-    """autlearn_accuracy: per model, the first seed's held-out loss of IID FedAvg and of the chosen
-    CloudTrain (`cloud`, the control's known answer) against the examples seen; the band is
-    CloudTrain's kept loss up to the tolerance."""
+def plot_fedavg_control(training: pd.DataFrame, tolerance: float, centralized: str, shuffled: str):
+    """autlearn_accuracy: per model, the first seed's held-out loss of IID FedAvg and of centralized SGD at
+    its rate (`centralized`, the control's known answer) against the examples seen; the band is the
+    centralized run's kept loss up to the tolerance."""
     import matplotlib.pyplot as plt
 
     scored = training.dropna(subset=["holdout_loss"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for ax, model in zip(axes, MODEL_NAMES.values()):
         d = scored[(scored.model == model) & (scored.seed == scored.seed.min())]
-        for method in (cloud, shuffled):
+        for method in (centralized, shuffled):
             m = d[d.method == method]
             ax.plot(m.epochs_seen, m.holdout_loss, marker="o", label=method)
-        kept = d[(d.method == cloud) & d.kept].holdout_loss
+        kept = d[(d.method == centralized) & d.kept].holdout_loss
         if len(kept):
-            band = f"{cloud} + {tolerance:.0%}"
+            band = f"centralized + {tolerance:.0%}"
             ax.axhspan(kept.iloc[0], kept.iloc[0] * (1 + tolerance), color="0.85", label=band)
         xlabel = "examples seen (epochs of the pooled training data)"
-        title = f"{model}: IID FedAvg against {cloud}"
+        title = f"{model}: IID FedAvg against SGD at its rate"
         ax.set(title=title, xlabel=xlabel, ylabel="loss on validation users")
         ax.legend(frameon=False, fontsize=8)
     return _finish(fig)
