@@ -149,7 +149,7 @@ def train(params, kind, model, start, clients: dict, holdout, seed: int, local_e
         return cloud_baselines.converge_fedavg(trainer, weights, clients, *fed, **rule, **ramp)
 
     run = lambda: with_cuts(cuts, rate, phase, model)  # noqa: E731
-    builders = (train, client_trainer, clients_together)  # the clients' step is in the key: not in cached_runs.CODE
+    builders = (train, client_trainer, clients_together, warmed)  # the clients' step and rates: not in cached_runs.CODE
     curve, _ = cached_runs.curve_run("autlearn_fedavg", setting, data, model, run, builders, log)
     scaled = lambda p: p.get("client_rate", p.get("learning_rate", rate) * per_round)  # noqa: E731
     return [p | dict(local_epochs=local_epochs, client_rate=scaled(p)) for p in curve]
