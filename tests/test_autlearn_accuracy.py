@@ -593,8 +593,13 @@ def test_fedavg_clients_step_at_the_rate_times_the_clients_a_round(monkeypatch, 
 
     monkeypatch.setattr(fedavg_baseline, "client_trainer", recording)
     curve = fedavg_baseline.train(params, "image", model, model.get_weights(), clients, holdout, 0, 1, 0.05, print)
-    assert sorted(set(np.round(stepped, 9))) == [0.03, 0.15]  # 3 x 0.05, then smoke's one cut: 3 x 0.01
-    assert all(p["client_rate"] == pytest.approx(3 * p["learning_rate"]) for p in curve)
+    # the warm-up (an epoch of 4 clients' data at 3 a round: 2 rounds) from 0.05 to 3 x 0.05, then 3 x 0.05, then
+    # smoke's one cut: 3 x 0.01, never warmed again
+    assert sorted(set(np.round(stepped, 9))) == [0.03, 0.1, 0.15]
+    warm = fedavg_baseline.warmed(0.05, 3, fedavg_baseline.warmup_rounds(params, 4, 1, 3))
+    for p in curve:
+        ramped = p["phase"] == 0 and 0 < p["phase_step"] <= 2
+        assert p["client_rate"] == pytest.approx(warm(p["phase_step"]) if ramped else 3 * p["learning_rate"]), p
 
 
 def test_mobilenet_trained_in_every_layer_adapts_its_batch_norm_and_scores_with_the_adapted_statistics():

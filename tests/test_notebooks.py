@@ -204,21 +204,20 @@ def autlearn_accuracy_sanity(out: Path) -> None:
         users.seed.nunique()
     )
     users = users[users.method != "FedAvg, shuffled clients (ablation)"]
-    fed = pd.read_csv(out / "tables" / "rate_selection.csv").query("method == 'FedAvg'")  # chosen per client set
-    assert (
-        set(fed.clients) == {"users", "shuffled (IID)"} and fed.groupby(["model", "clients"]).chosen.sum().eq(1).all()
-    )
+    fed = pd.read_csv(out / "tables" / "rate_selection.csv").query("method == 'FedAvg'")  # chosen on the users
+    assert set(fed.clients) == {"users"} and fed.groupby("model").chosen.sum().eq(1).all()
     ablation = pd.read_csv(out / "tables" / "fedavg_ablation.csv")
     assert len(ablation) == 4 and (ablation["ci low"] <= ablation["CloudTrain's advantage"]).all()
-    # the known answer: IID FedAvg reaches centralized SGD's held-out loss at the same rate (`fedavg_baseline`;
-    # at default, seed 0, 2026-12-06: LSTM +1.2%, MobileNet -4.0%). MobileNet on smoke's 8 writers fails (2026-12-06:
-    # +16.6%), so its verdict must match its gap, and the gap must stay far below what a FedAvg that does not train
-    # gives (+160%)
+    # the known answer: IID FedAvg at the users' setting reaches the chosen CloudTrain's held-out loss
+    # (`fedavg_baseline`); at smoke's few writers it need not, so each verdict must match its gap, and the gap must
+    # stay far below what a FedAvg that does not train gives (+160% against centralized SGD, 2026-12-06)
     control = pd.read_csv(out / "tables" / "fedavg_control.csv").set_index("model")
-    assert set(control.index) == {"LSTM", "MobileNet"} and control.verdict["LSTM"].startswith("passes"), control
-    image = control.loc["MobileNet"]
-    assert image.verdict.startswith("passes" if image.relative_gap <= image.tolerance else "fails")
-    assert image.relative_gap < 0.5, control
+    assert set(control.index) == {"LSTM", "MobileNet"}, control
+    for _, row in control.iterrows():
+        assert row.verdict.startswith("passes" if row.relative_gap <= row.tolerance else "fails"), control
+        assert row.relative_gap < 0.5, control
+    curve = pd.read_csv(out / "tables" / "resolution.csv")
+    assert curve.image_size.tolist() == sorted({32, 64, 128, 224}) and curve.autlearn_mean_top1.between(0, 1).all()
     for _, rows in users.groupby("kind"):
         assert set(rows.method) == methods
         assert rows.groupby("method").user.nunique().nunique() == 1  # every method on the same users

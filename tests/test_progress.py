@@ -223,8 +223,9 @@ def test_a_cell_that_read_its_results_back_from_a_stage_file_sets_no_pace(tmp_pa
 
 
 def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_path):
-    """REAL was recorded before autlearn_accuracy gained its FedAvg, CloudTrain and CloudCustomize choices and
-    its IID control's figure: the plan says it does not count those four cells, and nothing for a notebook whose
+    """REAL was recorded before autlearn_accuracy gained its FedAvg, CloudTrain and CloudCustomize choices, its
+    resolution curve and its IID control's figure: the plan says it does not count those five cells, and nothing
+    for a notebook whose
     cells all have a record; and that the record is of other code when the stored result's
     fingerprint is not the notebook's now."""
     from pathlib import Path
@@ -235,10 +236,10 @@ def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_p
     notebook = Path(__file__).parents[1] / "notebooks" / "autlearn" / "autlearn_accuracy.ipynb"
     progress = Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={"autlearn_accuracy": notebook})
     new = progress.new["autlearn_accuracy"]
-    assert [n for _, n in new] == [0, 0, 0, 0] and "fedavg_baseline.choose_all(" in new[0][0]
+    assert [n for _, n in new] == [0, 0, 0, 0, 0] and "fedavg_baseline.choose_all(" in new[0][0]
     assert "cloud_choice.choose_all(" in new[1][0] and "choose_customize" in new[2][0]
-    assert "plot_fedavg_control(" in new[3][0]
-    assert "; not counting 4 cell(s) added since the record (fedavg, fedavg_rates = " in progress.plan()[0]
+    assert "feature_resolution.curve(" in new[3][0] and "plot_control(" in new[4][0]
+    assert "; not counting 5 cell(s) added since the record (fedavg, fedavg_rates = " in progress.plan()[0]
     assert "(on code changed since)" not in progress.plan()[0]  # no stored result to compare with
     stored = tmp_path / "autlearn_accuracy" / "run.json"
     stored.parent.mkdir()
@@ -250,7 +251,8 @@ def test_the_plan_names_the_cells_a_notebook_has_now_that_its_record_lacks(tmp_p
     nb = json.loads(notebook.read_text())
     nb["cells"] = [c for c in nb["cells"] if "choose_all" not in "".join(c["source"])]
     nb["cells"] = [c for c in nb["cells"] if "choose_customize" not in "".join(c["source"])]
-    nb["cells"] = [c for c in nb["cells"] if "plot_fedavg_control" not in "".join(c["source"])]
+    nb["cells"] = [c for c in nb["cells"] if "plot_control" not in "".join(c["source"])]
+    nb["cells"] = [c for c in nb["cells"] if "feature_resolution.curve" not in "".join(c["source"])]
     copy.write_text(json.dumps(nb))
     assert Progress(tmp_path, [], ["autlearn_accuracy"], 1, sources={"autlearn_accuracy": copy}).new == {
         "autlearn_accuracy": []
