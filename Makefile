@@ -101,11 +101,12 @@ export: data ## every personal model as a trainable .tflite in Flex mode (result
 export-builtin: setup ## every model family as a trainable .tflite in both modes (builtin ops for ai-edge-litert, and Flex), with manifest.json and a step-time/size comparison
 	$(PY) -m ondevice.device.parity --out results/$(SCALE)/export/builtin
 
-bench: setup ## print step-time ratios, K users batched vs separate steps, a FedAvg round's clients together vs one at a time, TFLite vs TF, reuse latency, achieved vs GEMM FLOP/s, builtin vs Flex step time and size (not a test)
+bench: setup ## print step-time ratios, K users batched vs separate steps, a FedAvg round's clients together vs one at a time, MobileNet FedAvg rounds vs its bare step, TFLite vs TF, reuse latency, achieved vs GEMM FLOP/s, builtin vs Flex step time and size (not a test)
 	$(PY) -m ondevice.papers.deeptype.bench
 	$(PY) -m ondevice.papers.deeptype.bench_users
 	$(PY) -m ondevice.papers.autlearn.bench_fedavg
 	$(PY) -m ondevice.papers.autlearn.bench_fedavg --threads 1
+	$(PY) -m ondevice.papers.autlearn.bench_fedavg --mobilenet
 	$(PY) -m ondevice.device.parity --out build/bench-export
 
 publish: setup ## build the static site site/SCALE/ (and results/SCALE/SUMMARY.md) from stored results, executing nothing

@@ -49,3 +49,11 @@ def test_compiled_evaluation_gives_every_words_chars_needed_as_the_eager_per_sam
     want = bench_measures.eager_evaluate(model, samples, k=3)
     np.testing.assert_array_equal(got, want)
     assert 0 < (got < samples.word_len).sum() < len(got)  # some words suggested early, some never
+
+
+def test_the_mobilenet_fedavg_bench_prints_its_rounds_against_the_bare_step(capsys):
+    from ondevice.papers.autlearn import bench_fedavg
+
+    assert bench_fedavg.main(["--mobilenet", "--scale", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke: 2 clients a round" in out and "of the clients' own step rate" in out

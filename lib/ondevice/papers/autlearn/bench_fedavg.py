@@ -3,6 +3,7 @@ per-client `Trainer`, the preset's `fedavg_together=False`) against the same rou
 together (one `ManyUsers`), at the scale's model, client batch and clients per round (not a test).
 
     python -m ondevice.papers.autlearn.bench_fedavg [--scale default] [--fraction 1.0] [--repeats 3] [--threads 1]
+    python -m ondevice.papers.autlearn.bench_fedavg --mobilenet [--scale default] [--repeats 10]
 
 The clients hold typing samples (`typing_samples.build_samples`) of random words of 3-10 letters,
 as many as the default run's 12 users have training samples (`USER_SAMPLES`, times `--fraction`);
@@ -11,6 +12,11 @@ as in the notebook (together, the smaller ones sit masked until the largest has 
 epoch). Each way runs the same rounds (same draws, same batches), one after the other, so that
 load from other processes falls on both alike; the printed times are sums over the timed rounds,
 after one untimed round each.
+
+With `--mobilenet`: rounds of MobileNet's FedAvg on the scale's FEMNIST writers (its clients a
+round, one local epoch, CloudTrain's batch), timed per client step with everything a round does
+(resets, weights in and out, batching), against the same client's bare step repeated on one batch
+(issue 68's target: a round at 50% or more of its clients' own step rate).
 """
 
 from __future__ import annotations
@@ -72,6 +78,35 @@ def round_seconds(params, model, drawn: list[dict]) -> dict[str, float]:
     return seconds | {"largest weight gap": gap}
 
 
+def mobilenet_rounds(scale: str, repeats: int) -> None:
+    """Print MobileNet FedAvg's seconds per client step inside rounds against its bare step."""
+    from ondevice.papers.autlearn import common, fedavg_baseline
+    from ondevice.papers.autlearn.experiments.autlearn_accuracy import Params
+    from ondevice.papers.autlearn.techniques.fedavg import fedavg
+    from ondevice.report.timings import machine
+
+    p = Params.for_scale(scale)
+    images = common.load_images(p, log=lambda *a: None)
+    pre = common.pretrained_image(p, images, log=lambda *a: None)
+    per_round = min(fedavg_baseline.rounds_and_clients(p, "image")[1], len(images.train))
+    trainer = fedavg_baseline.client_trainer(p, "image", pre.model, 0.01 * per_round)
+    batch = p.image_cloud_batch_size
+    fedavg(trainer, pre.weights, images.train, 2, per_round, 1, batch, seed=0)  # untimed: traces, caches
+    begin = time.perf_counter()
+    _, rows = fedavg(trainer, pre.weights, images.train, repeats, per_round, 1, batch, seed=1)
+    in_rounds = (time.perf_counter() - begin) / sum(-(-r["examples"] // batch) for r in rows)
+    x, y = next(iter(images.train.values()))
+    trainer.step(x[:batch], y[:batch])
+    begin = time.perf_counter()
+    for _ in range(5 * repeats):
+        trainer.step(x[:batch], y[:batch])
+    bare = (time.perf_counter() - begin) / (5 * repeats)
+    print(f"ondevice bench, MobileNet FedAvg rounds: {machine()}, load average {os.getloadavg()[0]:.1f} at start")
+    print(f"  {scale}: {per_round} clients a round, one local epoch, batch {batch}, {repeats} timed rounds")
+    print(f"  per client step in rounds: {in_rounds * 1e3:7.1f} ms; bare step: {bare * 1e3:7.1f} ms")
+    print(f"  rounds run at {bare / in_rounds:.0%} of the clients' own step rate (target: 50% or more)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="FedAvg rounds' LSTM clients one at a time vs together.")
     ap.add_argument("--scale", default="default", choices=("smoke", "default", "paper"))
@@ -84,9 +119,13 @@ def main(argv=None) -> int:
         help="TensorFlow's threads (0: its default, the CPUs; 1: as "
         "autlearn_accuracy has beside another notebook in make reproduce)",
     )
+    ap.add_argument("--mobilenet", action="store_true", help="MobileNet's rounds against its bare step instead")
     args = ap.parse_args(argv)
     if args.threads:
         limit_threads(args.threads)
+    if args.mobilenet:
+        mobilenet_rounds(args.scale, max(args.repeats, 10))
+        return 0
 
     from ondevice.models import lstm_lm
     from ondevice.papers.autlearn.experiments.autlearn_accuracy import Params
