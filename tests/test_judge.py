@@ -53,6 +53,15 @@ claim = "base beats better"
 lead = "relative"
 other = "points"
 level = "better, ours"
+
+[[exp.claims.protocols]]
+claim = "new keeps old"
+table = "sensitivity.csv"
+run = "run"
+change = "new - old"
+main = "main"
+unit = "points"
+select = { model = "small" }
 """
 
 
@@ -111,6 +120,28 @@ def test_a_claims_unit_read_two_ways_gives_the_other_readings_verdict_beside_the
     assert judge.judge(row, "exp", {}, papers).other == "as points: no level to convert with"
     flagged = judge.flagged_kind(row, j.audit)
     assert flagged == "unexplained" and judge.kinds_text([flagged]).startswith("**1 of 1 flagged rows are ours")
+
+
+def test_a_diagnosis_outside_our_code_reads_open_where_our_own_protocol_reverses_the_sign(papers):
+    row = {"effect": "new keeps old", "our change": -0.2, "diagnosis": "few words per user", "diagnosis kind": "data"}
+    runs = [
+        {"run": "main", "model": "small", "new - old": -0.04},  # the rows' own protocol: never a reversal
+        {"run": "other inputs", "model": "small", "new - old": 0.0065},
+        {"run": "other inputs", "model": "large", "new - old": 0.03},  # not selected
+        {"run": "no change", "model": "small", "new - old": 0.0},  # zero reverses nothing
+    ]
+    checked = judge.protocol_checked(row, "exp", {"sensitivity.csv": runs}, papers)
+    assert checked["diagnosis kind"] == "open"
+    assert checked["diagnosis"] == (
+        "open (protocol), not data: our own sensitivity runs give the other sign (other inputs +0.65 points); "
+        "few words per user"
+    )
+    assert judge.flagged_kind(checked, "differs, explained by x") == "open"
+    same_sign = [{"run": "other inputs", "model": "small", "new - old": -0.01}]
+    assert judge.protocol_checked(row, "exp", {"sensitivity.csv": same_sign}, papers) == row
+    assert judge.protocol_checked(row, "exp", {}, papers) == row  # no table stored: nothing to read
+    undeclared = row | {"effect": "base beats better"}
+    assert judge.protocol_checked(undeclared, "exp", {"sensitivity.csv": runs}, papers) == undeclared
 
 
 def test_judging_code_is_outside_every_results_fingerprint():

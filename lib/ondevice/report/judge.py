@@ -17,6 +17,9 @@ code fingerprint).
 - **The paper's unit.** Where a claim's "+1%" reads as a relative change or as points, paper.toml
   names the reading that leads (`[[<experiment>.claims.readings]]`, fixed before our numbers were
   read: the paper's tables decide where they can); the other reading's verdict stands beside it.
+- **Our own protocols.** Where paper.toml declares an experiment's sensitivity runs of a claim
+  (`[[<experiment>.claims.protocols]]`), a diagnosis that names a cause outside our implementation
+  reads open when one of those runs gives the claim's change the other sign: the cause may be ours.
 """
 
 from __future__ import annotations
@@ -134,6 +137,66 @@ def reading(experiment: str, claim: str, papers_dir: Path = PAPERS) -> Reading |
             if isinstance(r, dict) and r.get("claim") == claim:
                 return Reading(claim, r["lead"], r["other"], r.get("level", ""), r.get("why", ""))
     return None
+
+
+@dataclass(frozen=True)
+class Protocols:
+    """Where an experiment stores a claim's change under its other protocols: a table of tables/,
+    its column naming each run (`run`) and the column of its change (`change`, in `unit`, "relative"
+    or "points"); the row of the protocol the effects rows use (`main`) is left out, and `select`
+    keeps the rows whose columns hold those values."""
+
+    claim: str
+    table: str
+    run: str
+    change: str
+    main: str
+    unit: str = "relative"
+    select: tuple = ()
+
+
+def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Protocols]:
+    """The claim's declared sensitivity tables, if paper.toml gives any."""
+    found = []
+    for section in _claims(experiment, papers_dir):
+        for p in section.get("protocols", []):
+            if isinstance(p, dict) and p.get("claim") == claim:
+                select = tuple(sorted((str(k), str(v)) for k, v in (p.get("select") or {}).items()))
+                keys = ("table", "run", "change", "main")
+                found.append(Protocols(claim, *(str(p[k]) for k in keys), str(p.get("unit", "relative")), select))
+    return found
+
+
+def reversals(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPERS) -> list[str]:
+    """Each declared sensitivity run that gives the row's claim a change of the other sign ("<run>
+    +0.65 points"); a change of exactly zero reverses nothing."""
+    ours = finite(row.get("our change"))
+    if not ours:
+        return []
+    out = []
+    for p in protocols(experiment, text(row, "effect"), papers_dir):
+        for r in tables.get(p.table, []):
+            if text(r, p.run) == p.main or any(text(r, k) != v for k, v in p.select):
+                continue
+            change = finite(r.get(p.change))
+            if change and (change > 0) != (ours > 0):
+                shown = f"{change * 100:+.2f} points" if p.unit == "points" else f"{change:+.1%}"
+                out.append(f"{text(r, p.run)} {shown}")
+    return out
+
+
+def protocol_checked(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPERS) -> dict:
+    """The row with its diagnosis read open where one of our own sensitivity runs reverses its
+    sign (`reversals`): a cause outside our implementation is not shown while a protocol of ours
+    turns the change around. A row without a diagnosis, or with an open one, is kept as it is."""
+    kind = text(row, "diagnosis kind")
+    if not text(row, "diagnosis") or kind in ("", Kind.OPEN.value):
+        return row
+    found = reversals(row, experiment, tables, papers_dir)
+    if not found:
+        return row
+    said = f"open (protocol), not {kind}: our own sensitivity runs give the other sign ({'; '.join(found)}); "
+    return row | {"diagnosis kind": Kind.OPEN.value, "diagnosis": said + text(row, "diagnosis")}
 
 
 def verdict(low, high, paper_low=None, paper_high=None) -> str:
