@@ -504,7 +504,7 @@ def test_the_fedavg_screen_trains_every_pair_its_rounds_and_only_the_best_on_to_
     )
     pre, printed = common.Pretrained(model, model.get_weights(), {}, False), []
     holdout = cloud_baselines.holdout_loss("image", validation)
-    choice = fedavg_baseline.choose(params, "image", pre, data.train, False, holdout, printed.append)
+    choice = fedavg_baseline.choose(params, "image", pre, data.train, holdout, printed.append)
     table, on = choice.table, [line for line in printed if "best screened candidate" in line]
     assert table["kept_step"].max() <= 3 and table["screen"].eq(3).all() and len(table) == 2
     assert table.clients.eq("users").all() and table.unit.eq("round").all()

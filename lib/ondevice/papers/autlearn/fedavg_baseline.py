@@ -56,8 +56,6 @@ from ondevice.training.many_users import ManyUsers
 from ondevice.training.rate_cuts import RateCuts, with_cuts
 from ondevice.training.trainer import Trainer
 
-CLIENTS = {False: "users", True: "shuffled (IID)"}  # the client sets a setting is chosen on
-
 
 def check(params) -> None:
     """The FedAvg fields of autlearn_accuracy's parameters."""
@@ -170,31 +168,30 @@ def warmed(rate: float, per_round: int, rounds: int):
     return lambda r: rate * (1 + (per_round - 1) * min(1.0, r / rounds))
 
 
-def choose(params, kind: str, pre: common.Pretrained, clients: dict, iid: bool, holdout, log=print) -> Choice:
-    """The module's rule on one kind and client set (the users, or with `iid` the shuffled clients),
-    from the first seed's public model; the model is left with the chosen run's weights. Resumable
-    per kind and client set (`engine.stage`)."""
-    choice = _choose(params, kind, pre, clients, iid, holdout, log)
+def choose(params, kind: str, pre: common.Pretrained, clients: dict, holdout, log=print) -> Choice:
+    """The module's rule on one kind with the users as clients, from the first seed's public model;
+    the model is left with the chosen run's weights. Resumable per kind (`engine.stage`)."""
+    choice = _choose(params, kind, pre, clients, holdout, log)
     pre.model.set_weights(choice.weights)
     return choice
 
 
-@resumable("fedavg_choice", part=lambda params, kind, pre, clients, iid, *a, **k: f"{kind}-{'iid' if iid else 'users'}")
-def _choose(params, kind: str, pre: common.Pretrained, clients: dict, iid: bool, holdout, log=print) -> Choice:
+@resumable("fedavg_choice", part=lambda params, kind, *a, **k: f"{kind}-users")
+def _choose(params, kind: str, pre: common.Pretrained, clients: dict, holdout, log=print) -> Choice:
     rates = getattr(params, f"{kind}_fedavg_rate_candidates")
     grid = [dict(local_epochs=e, learning_rate=r) for e in params.fedavg_epoch_candidates for r in rates]
 
     def run(candidate: dict, cap: int) -> list[dict]:
         e, r = candidate["local_epochs"], candidate["learning_rate"]
         rounds = f", {cap} rounds" if cap else ""
-        log(f"{MODEL_NAMES[kind]}: FedAvg on {CLIENTS[iid]} clients, {e} local epoch(s), SGD rate {r}{rounds}")
+        log(f"{MODEL_NAMES[kind]}: FedAvg on the users as clients, {e} local epoch(s), SGD rate {r}{rounds}")
         return train(params, kind, pre.model, pre.weights, clients, holdout, params.seed, e, r, log, cap)
 
     cuts = bool(cloud_baselines.rate_cuts(params, kind).cuts)
     s = screening.choose(grid, run, pre.model, screen_rounds(params, kind), cuts, log)
     e, r = s.best["local_epochs"], s.best["learning_rate"]
-    log(f"{MODEL_NAMES[kind]}: FedAvg on {CLIENTS[iid]} clients with {e} local epoch(s) at SGD rate {r}")
-    table = s.table.assign(method="FedAvg", model=MODEL_NAMES[kind], clients=CLIENTS[iid], optimizer="sgd")
+    log(f"{MODEL_NAMES[kind]}: FedAvg on the users as clients with {e} local epoch(s) at SGD rate {r}")
+    table = s.table.assign(method="FedAvg", model=MODEL_NAMES[kind], clients="users", optimizer="sgd")
     return Choice(e, r, s.weights, s.curve, table)
 
 
@@ -204,7 +201,7 @@ def choose_all(params, text, images, pre, log=print) -> tuple[dict[str, Choice],
     choices = {}
     for kind, data in (("text", text), ("image", images)):
         holdout, first = cloud_baselines.holdout_loss(kind, data.validation), pre[kind][params.seed]
-        choices[kind] = choose(params, kind, first, data.train, False, holdout, log)
+        choices[kind] = choose(params, kind, first, data.train, holdout, log)
     return choices, pd.concat([c.table for c in choices.values()], ignore_index=True)
 
 
