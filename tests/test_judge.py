@@ -144,6 +144,30 @@ def test_a_diagnosis_outside_our_code_reads_open_where_our_own_protocol_reverses
     assert judge.protocol_checked(undeclared, "exp", {"sensitivity.csv": runs}, papers) == undeclared
 
 
+def test_every_declared_sensitivity_table_is_in_its_committed_result_with_its_columns_and_main_run():
+    """A declaration whose table, columns or rows are misspelt would read nothing and never fire."""
+    judge._facts.cache_clear()
+    declared = [
+        (experiment, p)
+        for doc in judge._facts(judge.PAPERS).values()
+        for experiment, sections in doc.items()
+        if isinstance(sections, dict)
+        for section in sections.values()
+        if isinstance(section, dict)
+        for p in section.get("protocols", [])
+    ]
+    assert declared
+    for experiment, p in declared:
+        path = REPO_ROOT / "results" / "default" / experiment / "tables" / p["table"]
+        table = pd.read_csv(path)
+        assert {p["run"], p["change"], *p.get("select", {})} <= set(table.columns), (experiment, p["claim"])
+        for column, value in p.get("select", {}).items():
+            table = table[table[column] == value]
+        runs = set(table[p["run"]])
+        assert p["main"] in runs and len(runs) > 1, (experiment, p["claim"])  # the main run, and another to compare
+        assert p["claim"] in set(pd.read_csv(path.with_name("effects.csv")).effect), (experiment, p["claim"])
+
+
 def test_judging_code_is_outside_every_results_fingerprint():
     """A change to the rules re-renders pages and re-runs nothing: no notebook's code files hold it."""
     judging = {REPO_ROOT / "lib" / (m.replace(".", "/") + ".py") for m in provenance.NOT_MEASURING}
