@@ -142,6 +142,10 @@ def test_a_diagnosis_outside_our_code_reads_open_where_our_own_protocol_reverses
     assert judge.protocol_checked(row, "exp", {}, papers) == row  # no table stored: nothing to read
     undeclared = row | {"effect": "base beats better"}
     assert judge.protocol_checked(undeclared, "exp", {"sensitivity.csv": runs}, papers) == undeclared
+    (papers / "p" / "paper.toml").write_text(FACTS.replace('change = "new - old"\n', ""))
+    judge._facts.cache_clear()
+    with pytest.raises(ValueError, match="protocols of 'new keeps old' lack change"):
+        judge.protocol_checked(row, "exp", {"sensitivity.csv": runs}, papers)
 
 
 def test_every_declared_sensitivity_table_is_in_its_committed_result_with_its_columns_and_main_run():

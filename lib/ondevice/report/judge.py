@@ -161,8 +161,10 @@ def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Pr
     for section in _claims(experiment, papers_dir):
         for p in section.get("protocols", []):
             if isinstance(p, dict) and p.get("claim") == claim:
-                select = tuple(sorted((str(k), str(v)) for k, v in (p.get("select") or {}).items()))
                 keys = ("table", "run", "change", "main")
+                if missing := [k for k in keys if k not in p]:
+                    raise ValueError(f"paper.toml: {experiment}'s protocols of {claim!r} lack {', '.join(missing)}")
+                select = tuple(sorted((str(k), str(v)) for k, v in (p.get("select") or {}).items()))
                 found.append(Protocols(claim, *(str(p[k]) for k in keys), str(p.get("unit", "relative")), select))
     return found
 
