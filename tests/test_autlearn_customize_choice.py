@@ -65,3 +65,35 @@ def test_the_choice_stops_on_the_validation_users_test_parts_alone():
         np.concatenate([p[i] for p in (data.validation.train["v1"], data.validation.test["v1"])]) for i in (0, 1)
     )
     assert abs(loss - common.image_task().evaluate(model, both)["loss"]) > 1e-3  # the training part would change it
+
+
+def test_the_step_is_chosen_between_the_papers_sgd_and_our_adam_by_the_same_rule(monkeypatch):
+    """Each optimizer's own choice (rate and epochs) on the validation users; the higher score wins,
+    a tie goes to SGD (the paper's, listed first); only the winner's row stays chosen."""
+    import pandas as pd
+
+    from ondevice.papers.autlearn.experiments.autlearn_accuracy import Params
+
+    params = Params.for_scale("smoke")
+    assert params.image_personal_optimizer == "adam" and params.text_personal_optimizer == "sgd"
+    scores = {"sgd": 0.80, "adam": 0.83}
+    seen = []
+
+    def choose_step(p, kind, data, start, log):
+        opt = getattr(p, f"{kind}_personal_optimizer")
+        seen.append((opt, getattr(p, f"{kind}_rate_candidates")))
+        table = pd.DataFrame({"learning_rate": [0.1, 0.0], "validation mean top-1": [scores[opt], 0.5]})
+        return p, table.assign(chosen=[True, False], optimizer=opt)
+
+    monkeypatch.setattr(customize_choice.protocol, "choose_step", choose_step)
+    chosen, table = customize_choice.choose_optimizer(params, "image", None, None, lambda *_: None)
+    assert seen == [("sgd", params.image_sgd_rate_candidates), ("adam", params.image_rate_candidates)]
+    assert chosen.image_personal_optimizer == "adam" and list(table[table.chosen].optimizer) == ["adam"]
+    scores["adam"] = 0.80  # a tie: the paper's SGD
+    chosen, table = customize_choice.choose_optimizer(params, "image", None, None, lambda *_: None)
+    assert chosen.image_personal_optimizer == "sgd" and list(table[table.chosen].optimizer) == ["sgd"]
+    seen.clear()  # the LSTM's step is SGD already: nothing beside it
+    chosen, _ = customize_choice.choose_optimizer(params, "text", None, None, lambda *_: None)
+    assert [s[0] for s in seen] == ["sgd"] and chosen is params
+    with pytest.raises(Exception, match="image_sgd_rate_candidates"):
+        Params.for_scale("smoke", image_sgd_rate_candidates=(0.1, -0.1))

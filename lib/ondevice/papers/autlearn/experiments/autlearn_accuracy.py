@@ -7,12 +7,11 @@ writers), every method on the same per-user splits.
 - CloudTrain: one model, all of its layers trained further in the cloud on every user's training
   data pooled, to convergence (`cloud_baselines.converge_cloud`), its optimizer (Adam or SGD) and
   rate chosen on the validation users (`cloud_choice`); no per-user model.
-- CloudCustomize: CloudTrain's model, then AutLearn's on-device step per user, chosen by `customize_choice`.
+- CloudCustomize: CloudTrain's model, then an on-device step per user (optimizer and rate: `customize_choice`).
 - FedAvg: from the public model, all layers, rounds of `fedavg_clients` users training locally by
   SGD (`fedavg_baseline`: McMahan et al.'s FedAvg, its local epochs and client rate chosen on the
   validation users, and its known-answer control on IID clients); and the public model itself.
-The paper compares the baselines at convergence (Sec. 4.2): both stop at a plateau of the validation
-users' loss (`cloud_baselines.holdout_loss`); the presets' epochs and rounds are caps only.
+The baselines are compared at convergence (Sec. 4.2): at a plateau of the validation users' loss (`holdout_loss`).
 
 Metric: top-1 per user on the user's test part (the LSTM: the next word before any letter is typed;
 top-k-eff beside it), means over users with bootstrap intervals and paired comparisons; the paper's
@@ -35,6 +34,7 @@ from ondevice.engine.stage import resumable
 from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
 from ondevice.papers.autlearn import resolution as feature_resolution
 from ondevice.papers.autlearn.cloud_baselines import holdout_loss
+from ondevice.papers.autlearn.customize_choice import check as customize_check
 from ondevice.papers.autlearn.customize_choice import choose_all as choose_customize
 from ondevice.papers.autlearn.feature_gap import diagnoses as gap_diagnoses
 from ondevice.report import facts, record
@@ -68,6 +68,8 @@ class Params(common.AutLearnParams):
     image_cloud_learning_rate: float = 0.0005
     text_cloud_screen_epochs: int = 0  # every candidate this many epochs, the best on to its plateau (0: none)
     image_cloud_screen_epochs: int = 0
+    # CloudCustomize's step: plain SGD at these rates is chosen on beside its Adam (`customize_choice`)
+    image_sgd_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0)
     # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch and at a rate of the grid x clients a round, the
     # local epochs and the rate chosen on validation users
     fedavg_rounds: int = 120  # at most
@@ -105,7 +107,7 @@ class Params(common.AutLearnParams):
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=80, image_fedavg_rounds=160, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
             | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
-            | dict(image_cloud_patience=4),
+            | dict(image_cloud_patience=4, image_sgd_rate_candidates=(0.03, 0.3)),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, image_cloud_patience=6)
             | dict(text_rate_cuts=2, image_rate_cuts=2)
@@ -120,6 +122,7 @@ class Params(common.AutLearnParams):
         super().check()
         self.at_least(1, "fedavg_rounds", "fedavg_clients", "seeds")
         fedavg_baseline.check(self)
+        customize_check(self)
         cloud_choice.check(self)
         self.at_least(0, "image_fedavg_rounds", "image_fedavg_clients", "image_cloud_patience")
         self.at_least(0, "fedavg_evaluate_every", "tflite_check_steps", "text_rate_cuts", "image_rate_cuts")
