@@ -19,6 +19,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+# Under xdist, each worker's share of the CPUs as TensorFlow's and OpenMP's thread pools (its
+# notebooks' kernels inherit them): two workers of two threads each on two cores fight over them,
+# where two one-thread processes did 1.59x the work of one with two threads (report/at_once.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    from ondevice.threads import limit_threads
+
+    limit_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
 mirror = Path(__file__).resolve().parents[2] / "shared" / "data"
 if mirror.is_dir():
     os.environ.setdefault("ONDEVICE_DATA_MIRROR", str(mirror))
