@@ -175,11 +175,22 @@ def test_summary_reports_every_effect_of_the_committed_results(committed_site):
         if row.get("ci low"):
             assert cells[6].startswith(f"{percent(float(row['ci low']))} to {percent(float(row['ci high']))}")
         assert cells[7] == counts(row) and cells[7] != DASH, "the counts column never reads '-'"
+        row = _protocol_checked(name, row)  # its diagnosis read open where our own protocols reverse its sign
         judged = _judged(name, row)  # the verdict is judged at publish, from the interval, not read from the row
         assert cells[8] == judged.verdict and _unlinked(cells[9]).startswith(diagnosis(row, judged))
         assert cells[10].endswith(", modelled") == ("modelled" in row.get("meter", "")), "modelled numbers are labelled"
         assert cells[0] == next(e.short for e in entries if e.slug == name) and cells[0] != DASH
     assert (site / "SUMMARY.md").read_text() == summary.read_text()
+
+
+def _protocol_checked(name: str, row: dict) -> dict:
+    """`judge.protocol_checked` on a committed row, with its result's tables as the pages read them."""
+    tables = {}
+    for path in (COMMITTED / name / "tables").glob("*.csv"):
+        with path.open(newline="") as f:
+            tables[path.name] = list(csv.DictReader(f))
+    run = json.loads((COMMITTED / name / "run.json").read_text())
+    return judge.protocol_checked(row, run.get("experiment") or name, tables)
 
 
 def _judged(name: str, row: dict) -> judge.Judged:
