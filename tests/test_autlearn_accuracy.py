@@ -574,7 +574,8 @@ def test_fedavg_clients_step_at_the_rate_times_the_clients_a_round(monkeypatch, 
     """Averaging K clients' steps is one step of a K-times larger batch: each client steps at the
     grid's rate x K, through every rate cut, and the curve says at which."""
     monkeypatch.setenv("ONDEVICE_MODEL_CACHE", str(tmp_path))
-    params = exp.Params.for_scale("smoke", image_fedavg_rounds=4, image_fedavg_clients=3, fedavg_evaluate_every=1)
+    fields = dict(image_fedavg_rounds=4, image_fedavg_screen_rounds=0, image_fedavg_clients=3, fedavg_evaluate_every=1)
+    params = exp.Params.for_scale("smoke", **fields)
     rng = np.random.default_rng(0)
     images = lambda n: (rng.normal(size=(n, 28, 28, 1)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32))  # noqa: E731
     clients = {f"c{i}": images(8) for i in range(4)}

@@ -68,8 +68,7 @@ class Params(common.AutLearnParams):
     image_cloud_learning_rate: float = 0.0005
     text_cloud_screen_epochs: int = 0  # every candidate this many epochs, the best on to its plateau (0: none)
     image_cloud_screen_epochs: int = 0
-    # CloudCustomize's step: plain SGD at these rates is chosen on beside its Adam (`customize_choice`)
-    image_sgd_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0)
+    image_sgd_rate_candidates: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0)  # CloudCustomize's SGD, beside Adam
     # FedAvg (`fedavg_baseline`): client SGD at CloudTrain's batch and at a rate of the grid x clients a round, the
     # local epochs and the rate chosen on validation users
     fedavg_rounds: int = 120  # at most
@@ -107,7 +106,8 @@ class Params(common.AutLearnParams):
             "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
             | dict(fedavg_rounds=80, image_fedavg_rounds=160, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
             | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
-            | dict(image_cloud_patience=4, image_sgd_rate_candidates=(0.03, 0.3)),
+            | dict(image_cloud_patience=4, image_sgd_rate_candidates=(0.03, 0.3), text_fedavg_screen_rounds=4)
+            | dict(image_fedavg_screen_rounds=16, text_cloud_screen_epochs=2, image_cloud_screen_epochs=3),
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, image_cloud_patience=6)
             | dict(text_rate_cuts=2, image_rate_cuts=2)
