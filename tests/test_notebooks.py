@@ -17,6 +17,7 @@ from pytest_notebook.nb_regression import NBRegressionFixture
 from pytest_notebook.post_processors import coalesce_streams
 
 from ondevice import REPO_ROOT
+from ondevice.params import ParameterError
 from ondevice.report import runner as reproduce
 from smoke_runs import BY_NAME, NOTEBOOKS
 
@@ -498,6 +499,24 @@ def test_same_seed_gives_the_same_outputs_and_tables(smoke_run, tmp_path, monkey
         pd.testing.assert_frame_equal(a[keep], b[keep], check_exact=True)
 
 
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
+def test_every_notebook_stops_on_an_unknown_parameter_in_the_cell_after_its_parameters(notebook):
+    """The notebook's own cells, executed here as papermill would run them with a misspelt parameter:
+    its parameters cell, the injected name, then the next cell, which must raise ParameterError
+    naming it (`Params.from_notebook`) before any cell that works. The runner's handling of such a
+    failure is the papermill test below, once per paper."""
+    code = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", []))
+    namespace: dict = {}
+    exec(compile(code[first].source, f"{notebook.stem} parameters", "exec"), namespace)
+    namespace |= {"scale": "smoke", "no_such_parameter": 1}
+    with pytest.raises(ParameterError, match="no_such_parameter"):
+        exec(compile(code[first + 1].source, f"{notebook.stem} cell {first + 2}", "exec"), namespace)
+
+
+# A failing run through papermill and the runner, once per paper (the RERUN notebooks, whose smoke
+# runs their worker has): each run starts a kernel and imports TensorFlow, about 6.5 s.
+@pytest.mark.parametrize("smoke_run", [BY_NAME[n] for n in RERUN.values()], ids=list(RERUN.values()), indirect=True)
 def test_bad_parameter_fails_clearly_and_keeps_the_previous_result(smoke_run):
     notebook, results, _, _ = smoke_run
     out = results / "smoke" / notebook.stem
