@@ -148,6 +148,39 @@ def test_a_diagnosis_outside_our_code_reads_open_where_our_own_protocol_reverses
         judge.protocol_checked(row, "exp", {"sensitivity.csv": runs}, papers)
 
 
+def test_a_protocol_of_two_conditions_of_a_per_user_table_is_drawn_as_the_rows_own_change(papers):
+    (papers / "p" / "paper.toml").write_text(
+        FACTS + '\n[[exp.claims.protocols]]\nclaim = "base beats better"\ntable = "users.csv"\nrun = "other step"\n'
+        'paired = { column = "condition", value = "score", better = "base, other step", worse = "better" }\n'
+    )
+    judge._facts.cache_clear()
+    users = [
+        {"seed": s, "user": u, "condition": c, "score": v}
+        for s in ("0", "1")
+        for u, base, other, better in (("a", 0.5, 0.62, 0.6), ("b", 0.4, 0.45, 0.5), ("c", 0.3, 0.31, 0.2))
+        for c, v in (("base", base), ("base, other step", other), ("better", better))
+    ]
+    # medians per seed: other step 0.45 against better 0.5 (-10%); the rows' own base 0.4 (-20%)
+    assert judge.paired_change(users, "condition", "score", "base, other step", "better") == pytest.approx(-0.1)
+    assert judge.paired_change(users[:3], "condition", "score", "base, other step", "better") is None  # one user
+    row = {"effect": "base beats better", "our change": 0.05, "diagnosis": "small data", "diagnosis kind": "data"}
+    checked = judge.protocol_checked(row, "exp", {"users.csv": users}, papers)
+    assert checked["diagnosis"].startswith(
+        "open (protocol), not data: our own sensitivity runs give the other sign (other step -10.0%)"
+    )
+    assert (
+        judge.protocol_checked(row | {"our change": -0.05}, "exp", {"users.csv": users}, papers)["diagnosis kind"]
+        == "data"
+    )
+    (papers / "p" / "paper.toml").write_text(
+        FACTS + '\n[[exp.claims.protocols]]\nclaim = "base beats better"\ntable = "u.csv"\nrun = "x"\n'
+        'paired = { column = "condition" }\n'
+    )
+    judge._facts.cache_clear()
+    with pytest.raises(ValueError, match="lack paired.value, paired.better, paired.worse"):
+        judge.protocol_checked(row, "exp", {}, papers)
+
+
 def test_every_declared_sensitivity_table_is_in_its_committed_result_with_its_columns_and_main_run():
     """A declaration whose table, columns or rows are misspelt would read nothing and never fire."""
     judge._facts.cache_clear()
@@ -164,6 +197,12 @@ def test_every_declared_sensitivity_table_is_in_its_committed_result_with_its_co
     for experiment, p in declared:
         path = REPO_ROOT / "results" / "default" / experiment / "tables" / p["table"]
         table = pd.read_csv(path)
+        if paired := p.get("paired"):  # two conditions of a per-user table, both there for every user
+            assert {paired["column"], paired["value"], "seed", "user"} <= set(table.columns), (experiment, p["claim"])
+            rows = table.to_dict("records")
+            assert judge.paired_change(rows, *(paired[k] for k in judge.PAIRED_KEYS)) is not None, (experiment, p)
+            assert p["claim"] in set(pd.read_csv(path.with_name("effects.csv")).effect), (experiment, p["claim"])
+            continue
         assert {p["run"], p["change"], *p.get("select", {})} <= set(table.columns), (experiment, p["claim"])
         for column, value in p.get("select", {}).items():
             table = table[table[column] == value]

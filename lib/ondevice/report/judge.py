@@ -20,6 +20,8 @@ code fingerprint).
 - **Our own protocols.** Where paper.toml declares an experiment's sensitivity runs of a claim
   (`[[<experiment>.claims.protocols]]`), a diagnosis that names a cause outside our implementation
   reads open when one of those runs gives the claim's change the other sign: the cause may be ours.
+  A run is a row of a sensitivity table (its change stored), or two conditions of a per-user table
+  (`paired`: the change drawn here as the rows' own, a relative change of medians over users).
 """
 
 from __future__ import annotations
@@ -144,15 +146,17 @@ class Protocols:
     """Where an experiment stores a claim's change under its other protocols: a table of tables/,
     its column naming each run (`run`) and the column of its change (`change`, in `unit`, "relative"
     or "points"); the row of the protocol the effects rows use (`main`) is left out, and `select`
-    keeps the rows whose columns hold those values."""
+    keeps the rows whose columns hold those values. Or `paired` (column, value, better, worse): the
+    run named `run` is the claim under two conditions of a per-user table (`paired_change`)."""
 
     claim: str
     table: str
     run: str
-    change: str
-    main: str
+    change: str = ""
+    main: str = ""
     unit: str = "relative"
     select: tuple = ()
+    paired: tuple = ()
 
 
 def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Protocols]:
@@ -161,12 +165,37 @@ def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Pr
     for section in _claims(experiment, papers_dir):
         for p in section.get("protocols", []):
             if isinstance(p, dict) and p.get("claim") == claim:
-                keys = ("table", "run", "change", "main")
-                if missing := [k for k in keys if k not in p]:
+                paired = p.get("paired") or {}
+                keys = ("table", "run") + (() if paired else ("change", "main"))
+                missing = [k for k in keys if k not in p] + [
+                    f"paired.{k}" for k in PAIRED_KEYS if paired and k not in paired
+                ]
+                if missing:
                     raise ValueError(f"paper.toml: {experiment}'s protocols of {claim!r} lack {', '.join(missing)}")
                 select = tuple(sorted((str(k), str(v)) for k, v in (p.get("select") or {}).items()))
-                found.append(Protocols(claim, *(str(p[k]) for k in keys), str(p.get("unit", "relative")), select))
+                named = {k: str(p[k]) for k in keys} | {"unit": str(p.get("unit", "relative")), "select": select}
+                found.append(Protocols(claim, **named, paired=tuple(str(paired[k]) for k in PAIRED_KEYS if paired)))
     return found
+
+
+PAIRED_KEYS = ("column", "value", "better", "worse")
+
+
+def paired_change(rows: list[dict], column: str, value: str, better: str, worse: str) -> float | None:
+    """The claim's change between two conditions (`column` holds them) of a per-user table, from
+    `value` paired by seed and user, as the effects rows draw theirs (`claims.paired_effect`); None
+    when fewer than two users have both."""
+    found: dict[str, dict] = {better: {}, worse: {}}
+    for r in rows:
+        if text(r, column) in found and (x := finite(r.get(value))) is not None:
+            found[text(r, column)][(text(r, "seed"), text(r, "user"))] = x
+    both = sorted(set(found[better]) & set(found[worse]))
+    seeds = sorted({s for s, _ in both})
+    users = [u for s, u in both if s == seeds[0]] if seeds else []
+    if len(users) < 2 or any((s, u) not in both for s in seeds for u in users):
+        return None
+    b, w = (np.array([[found[c][s, u] for u in users] for s in seeds]) for c in (better, worse))
+    return paired_effect(b, w, np.random.default_rng(0), n_boot=100)["change"]
 
 
 def reversals(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPERS) -> list[str]:
@@ -177,13 +206,16 @@ def reversals(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPER
         return []
     out = []
     for p in protocols(experiment, text(row, "effect"), papers_dir):
-        for r in tables.get(p.table, []):
-            if text(r, p.run) == p.main or any(text(r, k) != v for k, v in p.select):
-                continue
-            change = finite(r.get(p.change))
+        rows = tables.get(p.table, [])
+        if p.paired:
+            runs = [(p.run, paired_change(rows, *p.paired))]
+        else:
+            kept = [r for r in rows if text(r, p.run) != p.main and all(text(r, k) == v for k, v in p.select)]
+            runs = [(text(r, p.run), finite(r.get(p.change))) for r in kept]
+        for name, change in runs:
             if change and (change > 0) != (ours > 0):
                 shown = f"{change * 100:+.2f} points" if p.unit == "points" else f"{change:+.1%}"
-                out.append(f"{text(r, p.run)} {shown}")
+                out.append(f"{name} {shown}")
     return out
 
 
