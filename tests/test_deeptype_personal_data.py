@@ -15,6 +15,7 @@ import pytest
 from ondevice.data import per_user_text
 from ondevice.papers.deeptype import common, personal_sizes, planted, protocol, starts
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as exp
+from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import ParameterError
 from ondevice.tasks import typing_protocol
 from smoke_runs import reading
@@ -44,7 +45,7 @@ def run(smoke, result, speeches, tmp_path_factory):
     real = protocol.personalize
 
     def spy(trainer, weights, data, params, rng, *args, **kwargs):
-        calls.append({"weights": weights, "data": data, "rng": rng.bit_generator.state, "params": params})
+        calls.append({"weights": weights, "data": data, "rng": rng.bit_generator.state, "params": params} | kwargs)
         return real(trainer, weights, data, params, rng, *args, **kwargs)
 
     cache, quiet = tmp_path_factory.mktemp("models") / "cache", lambda _: None
@@ -66,14 +67,16 @@ def run(smoke, result, speeches, tmp_path_factory):
         starts.each(params, corpora, models, first_user, quiet)
         personal, calls[:] = list(calls), []
         users = result.tables["users"]  # the main rows the control's dose 0 is, of the run's first seed
+        swaps, swap = [], dynamic_vocab.swap
+        mp.setattr(dynamic_vocab, "swap", lambda *a: swaps.append(a) or swap(*a))
         personal_sizes.planted_control(
             params, starts.main(corpora), starts.main(models), users[users.seed == params.seed], quiet
         )
-    return params, personal, list(calls), shared, corpus, (public, public_models)
+    return params, personal, list(calls), shared, corpus, (public, public_models), swaps
 
 
 def test_one_row_per_user_and_condition_with_nested_personal_data(result, run):
-    _, _, _, _, corpus, _ = run
+    _, _, _, _, corpus, _, _ = run
     params, users = result.params_as(exp.Params), result.tables["users"]
     expected = {"G-M"} | {exp.condition(f, d) for f in params.data_fractions for d in (True, False)}
     assert set(users.condition) == expected | {f"P-M {f}{exp.ALSO}" for f in ("50%", "100%")}
@@ -83,7 +86,8 @@ def test_one_row_per_user_and_condition_with_nested_personal_data(result, run):
     for (_, user), rows in users.groupby(["seed", "user"]):
         words = rows.set_index("condition").train_words
         assert 0 < words["P-M 25%"] < words["P-M 50%"] < words["P-M 100%"]
-        assert words["P-M 100%"] == words["P-M* 100%"] == len(corpus.personal(user, params.personal_train_fraction)[0])
+        # the training lines less the held-out ones (the same for every size), as top3eff splits them
+        assert words["P-M 100%"] == words["P-M* 100%"] == len(corpus.personal_parts(user, params)[0])
         assert rows.test_words.nunique() == 1
     assert users.top_k_eff.between(0, 1).all()
 
@@ -104,7 +108,7 @@ def test_oov_shares_before_and_after_the_swap(result):
 
 
 def test_the_public_start_is_main_and_the_crowd_start_is_the_shared_model(result, run):
-    _, _, _, shared, _, (_, public_models) = run
+    _, _, _, shared, _, (_, public_models), _ = run
     assert all(shared.from_cache.values()) and all(public_models.from_cache.values())
     cache = result.tables["global_model_cache"].set_index("global_text").key
     assert cache["crowd"] == shared.entries[0].key[:16] and cache["sent140"] == public_models.entries[0].key[:16]
@@ -123,7 +127,7 @@ def _same(weights, model_weights) -> bool:
 
 
 def test_training_starts_from_the_global_weights_with_the_same_batches(run):
-    params, personal, planted_calls, shared, _, (_, public_models) = run
+    params, personal, planted_calls, shared, _, (_, public_models), _ = run
     n = 2 * len(params.data_fractions)  # of the one user
     paper = [c for c in personal if c["params"] is params]  # the main start's, the validation choice's left out
     crowd = [c for c in personal if c["params"].also_optimizer == ""]
@@ -135,6 +139,30 @@ def test_training_starts_from_the_global_weights_with_the_same_batches(run):
         assert np.array_equal(without["data"].offsets, with_["data"].offsets)
         changed = without["data"].target != with_["data"].target
         assert changed.any() and (without["data"].target[changed] == 1).all()
+
+
+def test_every_personal_model_stops_on_held_out_lines_as_top3eff_and_the_control_runs_as_its_rows(run, result):
+    """One protocol across DeepType's experiments (issue 74): each personal model of the main rows and
+    of the planted control is trained with a hold-out at the step-size reading's rates, the control
+    with the dynamic vocabulary of the P-M rows it vouches for (its batches hold the user's own ids);
+    the validation choice keeps its constant rate."""
+    params, personal, planted_calls, *_, swaps = run
+    assert params.personal_holdout_fraction > 0 and params.step_reading == "continued"
+    paper = [c for c in personal if c["params"].personal_optimizer == params.personal_optimizer]
+    also = [c for c in personal if c["params"].personal_optimizer != params.personal_optimizer]
+    assert paper and also and planted_calls
+    for c in paper + also + planted_calls:
+        assert c["held"] is not None and len(c["held"]) > 0
+    rates = [c["schedule"](1) for c in paper + planted_calls]
+    assert all(r == rates[0] for r in rates) and rates[0] <= params.personal_learning_rate
+    assert all(c["schedule"] is None for c in also)
+    assert len(swaps) == len(planted_calls)  # each of the control's personal models on the user's own vocabulary
+    users = result.tables["users"]
+    trained = users[users.condition != "G-M"]
+    assert (
+        trained.kept_epoch.between(0, params.personal_epochs).all()
+        and users[users.condition == "G-M"].kept_epoch.isna().all()
+    )
 
 
 def test_effects_and_paper_table(result):
@@ -154,7 +182,7 @@ def test_bad_parameters_fail_clearly():
 
 
 def test_the_validation_choice_is_trained_with_its_own_optimizer_and_diagnoses_its_effects(result, run):
-    params, personal, _, _, _, _ = run
+    params, personal, _, _, _, _, _ = run
     also = [c["params"] for c in personal if c["params"].personal_optimizer == params.also_optimizer]
     assert len(also) == 2  # P-M 50% and 100% of the user, again
     assert {c.personal_learning_rate for c in also} == {params.also_learning_rate}
@@ -190,7 +218,7 @@ def test_planted_control_at_both_sizes(result, run):
     """Dose 0 is the main rows; each planted dose personalizes every test user at 50% and 100% (the
     spied run: one seed), and the rule is judged on the 100% curve; the planted rows at dose 0 would
     be the main rows themselves."""
-    one_seed, _, planted_calls, _, _, (public, public_models) = run
+    one_seed, _, planted_calls, _, _, (public, public_models), _ = run
     params = result.params_as(exp.Params)
     per_user, curve = result.tables["planted"], result.tables["planted_curve"]
     positive = [d for d in params.planted_doses if d > 0]
@@ -209,8 +237,8 @@ def test_planted_control_at_both_sizes(result, run):
     assert verdict.passes == planted.verdict(curve, params.planted_dose_star)[0] and "dose 0.5" in verdict.text
     users = result.tables["users"]
     main = per_user[per_user.dose == 0].set_index(["seed", "data_fraction", "user"]).top_k_eff
-    for f in personal_sizes.PLANTED_SIZES:  # dose 0 is P-M* of the main rows
-        ours = users[users.condition == exp.condition(f, False)].set_index(["seed", "user"]).top_k_eff
+    for f in personal_sizes.PLANTED_SIZES:  # dose 0 is P-M of the main rows (their condition: issue 74)
+        ours = users[users.condition == exp.condition(f, True)].set_index(["seed", "user"]).top_k_eff
         assert np.allclose(main.xs(f, level="data_fraction").sort_index(), ours.sort_index())
     again = personal_sizes._planted_rows(one_seed, public_models, public, 0.0, lambda _: None)  # the same protocol
     got = {(r["seed"], r["data_fraction"], r["user"]): r["top_k_eff"] for r in again}

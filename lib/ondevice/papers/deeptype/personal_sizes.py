@@ -1,6 +1,8 @@
-"""Personal data sizes (D4, Fig. 7): a user's history split as D3 splits it, the most recent share of
-its training part (a phone that has collected less history), what the dynamic vocabulary can reach
-at each size by counting alone, and the planted-signal control (`planted`) at the paper's two sizes."""
+"""Personal data sizes (D4, Fig. 7): a user's history split as D3 splits it, the last part of its
+training lines held out to stop personal training (`protocol.personalize`), the most recent share of
+the rest (a phone that has collected less history), what the dynamic vocabulary can reach at each
+size by counting alone, and the planted-signal control (`planted`) at the paper's two sizes, in the
+condition of the rows it vouches for."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from ondevice import streams
 from ondevice.data.per_user_text import Corpus
 from ondevice.data.splits import split_history
 from ondevice.data.typing_samples import UNK_ID, build_samples
-from ondevice.papers.deeptype import planted, protocol
+from ondevice.papers.deeptype import planted, protocol, step_size
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 
 PLANTED_SIZES = (0.5, 1.0)  # the paper's 50K and 100K; the control's rule is judged at 100%
@@ -27,6 +29,12 @@ def history(corpus: Corpus, user: str, train_fraction: float) -> tuple[list, lis
     """A user's earlier sentences (personal training part) and later ones (test), as D3 splits them."""
     sents = corpus.users[user]
     return split_history(sents, [len(s) for s in sents], train_fraction)
+
+
+def held_out(train: list[list[str]], fraction: float) -> tuple[list, list]:
+    """The training lines less their last `fraction` of words, and those last lines (the hold-out that
+    stops personal training, as `Corpus.personal_parts` splits it); no hold-out for 0."""
+    return split_history(train, [len(s) for s in train], 1 - fraction) if fraction else (train, [])
 
 
 def recent(train: list[list[str]], fraction: float) -> list[list[str]]:
@@ -75,35 +83,42 @@ def vocabulary_reach(params, corpus: Corpus) -> pd.DataFrame:
 
 def _planted_rows(params, models, plant: Corpus, dose: float, log) -> list[dict]:
     """Per seed and test user of `plant`: the global model's top-k-eff on the later lines and, per
-    size of `PLANTED_SIZES`, the personal model's (P-M*: the habit's words are in the global
-    vocabulary; the same protocol and random stream as the main rows)."""
+    size of `PLANTED_SIZES`, the personal model's (P-M: the user's dynamic vocabulary, the hold-out,
+    the step-size reading, the protocol and random stream of the main rows)."""
     rows, personal, cw = [], protocol.Personal(params, models.model), params.context_words
     for seed in params.seed_list:
-        start = models.weights[seed]
+        start, rates = (
+            models.weights[seed],
+            step_size.schedule(params, params.step_reading, step_size.kept_epoch(models, seed)),
+        )
         for user in plant.split.test:
             train, test = history(plant, user, params.personal_train_fraction)
-            test = build_samples(test, plant.vocab, cw)
-            before = personal.score_weights(start, test)["top_k_eff"]
+            train, held = held_out(train, params.personal_holdout_fraction)
+            before = personal.score_weights(start, build_samples(test, plant.vocab, cw))["top_k_eff"]
             for f in PLANTED_SIZES:
-                rng = streams.rng(seed, f"personal/{user}/data{f:g}")
-                own = build_samples(recent(train, f), plant.vocab, cw)
-                after = personal.train((own, test), start, params, rng)[0]["top_k_eff"]
-                row = {"seed": seed, "user": user, "data_fraction": f}
-                rows.append(row | {"top_k_eff_global": before, "top_k_eff": after})
+                rng, own = streams.rng(seed, f"personal/{user}/data{f:g}"), recent(train, f)
+                words = dynamic_vocab.swap(plant.vocab, own, params.dynamic_vocab_min_count).vocab
+                fit, stop = (build_samples(lines, words, cw) if lines else None for lines in (own, held))
+                scored = personal.train(
+                    (fit, build_samples(test, words, cw)), start, params, rng, held=stop, schedule=rates
+                )
+                row = {"seed": seed, "user": user, "data_fraction": f, "kept_epoch": scored[0]["kept_epoch"]}
+                rows.append(row | {"top_k_eff_global": before, "top_k_eff": scored[0]["top_k_eff"]})
     log(f"planted dose {dose:g}: {len(rows)} personal models")
     return rows
 
 
 def planted_control(params, corpus: Corpus, models, users: pd.DataFrame, log=print) -> dict[str, pd.DataFrame]:
     """The planted-signal control from the main start at each size of `PLANTED_SIZES` (dose 0: the main
-    rows): the gain of P-M* over G-M per dose; the rule (`planted.verdict`) is judged at 100%, the
+    rows): the gain of P-M over G-M per dose; the rule (`planted.verdict`) is judged at 100%, the
     curve of every size is in `planted_curve_by_size`."""
     keyed = users.set_index(["seed", "user"])
     glob = keyed[keyed.condition == GLOBAL].top_k_eff.rename("top_k_eff_global")
     main = [
-        keyed[keyed.condition == condition(f, False)][["top_k_eff"]].join(glob).assign(data_fraction=f).reset_index()
+        keyed[keyed.condition == condition(f, True)][["top_k_eff", "kept_epoch"]].join(glob).assign(data_fraction=f)
         for f in PLANTED_SIZES
     ]
+    main = [m.reset_index() for m in main]
     measure = lambda plant, dose: _planted_rows(params, models, plant, dose, log)  # noqa: E731
     per_user = planted.doses(params, corpus, measure, pd.concat(main, ignore_index=True))
     by_size = [planted.curve(d, params).assign(data_fraction=f) for f, d in per_user.groupby("data_fraction")]
