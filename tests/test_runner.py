@@ -293,6 +293,22 @@ def test_code_files_follow_imports_transitively(fake_repo):
     } | {"data_manifests/toy.yaml", "requirements.lock", "pyproject.toml"}
 
 
+def test_smoke_presets_are_code_of_smoke_results_only(fake_repo):
+    """A paper's smoke_presets module: in the files and the fingerprint of a smoke run, outside those
+    of a default result (the hook's and the pages' staleness read code_files), so trimming a smoke run
+    stales no committed result and still re-runs a smoke run that this checkout completed."""
+    notebook, lib = fake_repo / "notebooks" / "nb.ipynb", fake_repo / "lib" / "ondevice"
+    write(lib / "a" / "smoke_presets.py", "USED = dict(n=1)\n")
+    write(lib / "a" / "used.py", (lib / "a" / "used.py").read_text() + "from . import smoke_presets\n")
+    default, smoke = (set(provenance.code_files(notebook, fake_repo, scale)) for scale in ("default", "smoke"))
+    assert smoke - default == {lib / "a" / "smoke_presets.py"} and lib / "a" / "used.py" in default
+    before = {s: provenance.fingerprint(notebook, fake_repo, s) for s in ("default", "smoke", "paper")}
+    write(lib / "a" / "smoke_presets.py", "USED = dict(n=2)\n")
+    after = {s: provenance.fingerprint(notebook, fake_repo, s) for s in before}
+    assert after["default"] == before["default"] and after["paper"] == before["paper"]
+    assert after["smoke"] != before["smoke"]
+
+
 def test_fingerprint_changes_only_with_what_the_notebook_uses(fake_repo):
     notebook = fake_repo / "notebooks" / "nb.ipynb"
     lib = fake_repo / "lib" / "ondevice"

@@ -94,3 +94,36 @@ def test_notebooks_that_publish_time_run_alone(notebook):
     meta = json.loads(notebook.read_text(encoding="utf-8"))["metadata"]
     marked = meta.get("ondevice", {}).get("measures_time", False)
     assert marked == bool(timed), f"{notebook.stem}: measures_time={marked}, time tables {timed}"
+
+
+SMOKE_PRESETS = sorted(LIB.glob("papers/*/smoke_presets.py"))
+
+
+def _readers(module: str) -> list[Path]:
+    return [m for m in LIB.rglob("*.py") if module in _imported_modules(m)]
+
+
+@pytest.mark.parametrize("presets", SMOKE_PRESETS, ids=lambda p: p.parent.name)
+def test_smoke_presets_hold_values_only_and_only_a_smoke_entry_reads_them(presets):
+    """`report.provenance.SMOKE_PRESETS` leaves these modules out of every default and paper result's
+    code: sound only while they import nothing and every use of them is a "smoke" preset entry."""
+    tree = ast.parse(presets.read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], presets
+    module = ".".join(presets.relative_to(LIB.parent).with_suffix("").parts)
+    readers = _readers(module)
+    assert readers, f"{module} is read by no experiment"
+    for reader in readers:
+        tree = ast.parse(reader.read_text(encoding="utf-8"))
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and module in _imported_modules(reader)]
+        names = {a.asname or a.name for n in imports for a in n.names if a.name == "smoke_presets"}
+        assert names, f"{reader.name}: import the module itself (from ... import smoke_presets), not its names"
+        in_smoke = {
+            id(node)
+            for d in ast.walk(tree)
+            if isinstance(d, ast.Dict)
+            for k, v in zip(d.keys, d.values)
+            if isinstance(k, ast.Constant) and k.value == "smoke"
+            for node in ast.walk(v)
+        }
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names]
+        assert uses and all(id(n) in in_smoke for n in uses), f"{reader.name} reads {module} outside a smoke entry"

@@ -112,7 +112,7 @@ def other_code(scale_dir: Path, name: str, notebook: Path) -> bool:
     `notebook` source and its code files have now; False when either cannot be read."""
     try:
         stored = json.loads((scale_dir / name / "run.json").read_text())["notebook"]["key"]["fingerprint"]
-        return stored != fingerprint(notebook)
+        return stored != fingerprint(notebook, scale=scale_dir.name)
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

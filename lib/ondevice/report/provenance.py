@@ -32,6 +32,11 @@ PACKAGES = (
 )
 PACKAGE = "ondevice"
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
+# A paper's smoke presets (`papers/<paper>/smoke_presets.py`): values an experiment reads only at smoke
+# scale, whose results are never committed. They are code of smoke results alone, so a smoke run is
+# trimmed there without making a default or paper result stale (tests/test_structure.py checks that only
+# a "smoke" preset entry reads them).
+SMOKE_PRESETS = "smoke_presets"
 # Everything that can make results; the dirty flag falls back to it when the notebook is unknown.
 CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
 # Code that does not measure, outside every result's code fingerprint, so a change to it makes no
@@ -95,15 +100,15 @@ def _module_file(lib: Path, module: str) -> Path | None:
     return None
 
 
-def _walk(modules: Iterable[str], lib: Path) -> tuple[list[Path], set[str]]:
+def _walk(modules: Iterable[str], lib: Path, scale: str = "default") -> tuple[list[Path], set[str]]:
     """The files of these modules, their parent packages and everything they import, and the
-    string literals in them (to find the data manifests they name)."""
+    string literals in them (to find the data manifests they name); smoke presets at smoke only."""
     files, strings, todo = {}, set(), list(modules)
     while todo:
         parts = todo.pop().split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__.py and a/b/__init__.py too
             module = ".".join(parts[:i])
-            if module in NOT_MEASURING:
+            if module in NOT_MEASURING or (parts[i - 1] == SMOKE_PRESETS and scale != "smoke"):
                 continue
             path = _module_file(lib, module)
             if path is None or path in files:
@@ -141,25 +146,25 @@ def module_files(module: str, root: Path = REPO_ROOT) -> list[Path]:
     return _walk([module], root / "lib")[0]
 
 
-def code_files(notebook: Path, root: Path = REPO_ROOT) -> list[Path]:
-    """Every file besides the notebook that its results depend on: the `ondevice` modules it
-    imports (transitively, with their packages' __init__.py), data_manifests/<name>.yaml for each
-    manifest named by a string literal in them, and the pinned environment. `root` is the
-    repository root (tests pass a fake one)."""
+def code_files(notebook: Path, root: Path = REPO_ROOT, scale: str = "default") -> list[Path]:
+    """Every file besides the notebook that its results at `scale` depend on: the `ondevice` modules
+    it imports (transitively, with their packages' __init__.py; smoke presets at smoke only),
+    data_manifests/<name>.yaml for each manifest named by a string literal in them, and the pinned
+    environment. `root` is the repository root (tests pass a fake one)."""
     trees = _notebook_trees(notebook)
     imported = set().union(*(_imported_modules(t, None) for t in trees))
-    files, strings = _walk(sorted(imported), root / "lib")
+    files, strings = _walk(sorted(imported), root / "lib", scale)
     strings |= set().union(*(_strings(t) for t in trees))
     manifests = [m for m in sorted((root / "data_manifests").glob("*.yaml")) if m.stem in strings]
     return files + manifests + [root / f for f in ENVIRONMENT_FILES if (root / f).is_file()]
 
 
-def fingerprint(notebook: Path, root: Path = REPO_ROOT) -> str:
-    """Hash of the notebook and its code_files (relative path and bytes): equal fingerprints mean
-    the same code made the results."""
+def fingerprint(notebook: Path, root: Path = REPO_ROOT, scale: str = "default") -> str:
+    """Hash of the notebook and its code_files at `scale` (relative path and bytes): equal
+    fingerprints mean the same code made the results."""
     notebook = Path(notebook).resolve()
     digest = hashlib.sha256()
-    for path in [notebook, *code_files(notebook, root)]:
+    for path in [notebook, *code_files(notebook, root, scale)]:
         name = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
         data = path.read_bytes()
         digest.update(f"{name.as_posix()}\0{len(data)}\0".encode())

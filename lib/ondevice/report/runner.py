@@ -157,7 +157,7 @@ def run_notebook(notebook: Path, scale: str, params: dict, force: bool = False) 
     scale_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(scale_dir)
     final = scale_dir / name
-    key = {"fingerprint": fingerprint(notebook), "scale": scale, "params": params}
+    key = {"fingerprint": fingerprint(notebook, scale=scale), "scale": scale, "params": params}
     if not force and is_up_to_date(final, key):
         print(
             f"[reproduce] {name} ({scale}): this checkout completed it for this code and these parameters; "
@@ -207,7 +207,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     # the code the notebook imports is the code at its start: its kernel records that commit (provenance.git_state)
     os.environ.pop(RUN_GIT, None)
-    os.environ[RUN_GIT] = json.dumps(git_state([notebook, *code_files(notebook)]))
+    os.environ[RUN_GIT] = json.dumps(git_state([notebook, *code_files(notebook, scale=scale)]))
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -234,7 +234,7 @@ def _execute(papermill, notebook: Path, scale: str, params: dict, key: dict, sta
         "name": name,
         "status": "failed" if error else "complete",
         "key": key,
-        "git": git_state([notebook, *code_files(notebook)]),
+        "git": git_state([notebook, *code_files(notebook, scale=scale)]),
         "wall_time_s": round(time.perf_counter() - start, 2),
         "started_at": started_at,
         # how many notebooks ran at once (report/at_once.py) and the CPU threads this one had

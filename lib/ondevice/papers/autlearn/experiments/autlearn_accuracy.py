@@ -31,7 +31,15 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.engine.stage import resumable
-from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
+from ondevice.papers.autlearn import (
+    cloud_choice,
+    common,
+    fedavg_ablation,
+    fedavg_baseline,
+    protocol,
+    report,
+    smoke_presets,
+)
 from ondevice.papers.autlearn import resolution as feature_resolution
 from ondevice.papers.autlearn.cloud_baselines import holdout_loss
 from ondevice.papers.autlearn.customize_choice import check as customize_check
@@ -103,11 +111,7 @@ class Params(common.AutLearnParams):
     # clients' epochs, and at 10 they step at 10x the grid's rate.
     PRESETS = common.presets(
         {
-            "smoke": dict(text_cloud_epochs=20, image_cloud_epochs=20, image_cloud_learning_rate=0.002, bootstrap=300)
-            | dict(fedavg_rounds=80, image_fedavg_rounds=160, fedavg_clients=2, fedavg_epoch_candidates=(1, 2))
-            | dict(text_fedavg_rate_candidates=(0.3, 1.0), image_fedavg_rate_candidates=(0.1,), image_rate_cuts=1)
-            | dict(image_cloud_patience=4, image_sgd_rate_candidates=(0.03, 0.3), text_fedavg_screen_rounds=4)
-            | dict(image_fedavg_screen_rounds=16, text_cloud_screen_epochs=2, image_cloud_screen_epochs=3),
+            "smoke": smoke_presets.AUTLEARN_ACCURACY,
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, image_cloud_patience=6)
             | dict(text_rate_cuts=2, image_rate_cuts=2)
