@@ -31,16 +31,9 @@ import pandas as pd
 
 from ondevice import streams
 from ondevice.engine.stage import resumable
-from ondevice.papers.autlearn import (
-    cloud_choice,
-    common,
-    fedavg_ablation,
-    fedavg_baseline,
-    protocol,
-    report,
-    smoke_presets,
-)
+from ondevice.papers.autlearn import cloud_choice, common, fedavg_ablation, fedavg_baseline, protocol, report
 from ondevice.papers.autlearn import resolution as feature_resolution
+from ondevice.papers.autlearn import smoke_presets as smoke
 from ondevice.papers.autlearn.cloud_baselines import holdout_loss
 from ondevice.papers.autlearn.customize_choice import check as customize_check
 from ondevice.papers.autlearn.customize_choice import choose_all as choose_customize
@@ -111,7 +104,7 @@ class Params(common.AutLearnParams):
     # clients' epochs, and at 10 they step at 10x the grid's rate.
     PRESETS = common.presets(
         {
-            "smoke": smoke_presets.AUTLEARN_ACCURACY,
+            "smoke": smoke.AUTLEARN_ACCURACY,
             "default": dict(seeds=3, text_cloud_epochs=10, image_cloud_epochs=30, fedavg_rounds=30, fedavg_clients=4)
             | dict(image_fedavg_rounds=990, image_fedavg_clients=3, image_cloud_patience=6)
             | dict(text_rate_cuts=2, image_rate_cuts=2)
