@@ -22,6 +22,9 @@ code fingerprint).
   reads open when one of those runs gives the claim's change the other sign: the cause may be ours.
   A run is a row of a sensitivity table (its change stored), or two conditions of a per-user table
   (`paired`: the change drawn here as the rows' own, a relative change of medians over users).
+- **A measured link.** A diagnosis of kind data or scale keeps its kind only where a curve over the
+  quantity it names, declared in paper.toml (`[[<experiment>.claims.curves]]`), moves our change
+  toward the paper's as that quantity moves toward the paper's value (`curves`); else it reads open.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.report import curves
 from ondevice.report.claims import FACTOR, PAIRED, Kind, agrees_in_size, finite, generator, paired_effect
 
 PAPERS = Path(__file__).resolve().parents[1] / "papers"
@@ -231,6 +235,12 @@ def protocol_checked(row: dict, experiment: str, tables: dict, papers_dir: Path 
         return row
     said = f"open (protocol), not {kind}: our own sensitivity runs give the other sign ({'; '.join(found)}); "
     return row | {"diagnosis kind": Kind.OPEN.value, "diagnosis": said + text(row, "diagnosis")}
+
+
+def curve_checked(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPERS) -> dict:
+    """The row with a data or scale diagnosis kept only where its declared curve shows the link
+    (`curves.checked`), else read open."""
+    return curves.checked(row, _claims(experiment, papers_dir), experiment, tables)
 
 
 def verdict(low, high, paper_low=None, paper_high=None) -> str:

@@ -46,6 +46,7 @@ CODE_PATHS = ("lib", "notebooks", "data_manifests", *ENVIRONMENT_FILES)
 # test_engine and test_engine_cluster check that it gives the sequential engine's rows exactly).
 NOT_MEASURING = (
     "ondevice.report.claims",
+    "ondevice.report.curves",
     "ondevice.report.judge",
     "ondevice.report.pages.cells",
     "ondevice.report.provenance",

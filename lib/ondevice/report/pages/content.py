@@ -343,12 +343,12 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS, check_code: bool = T
     if not (isinstance(name, str) and name.isidentifier()):  # a module name, never a path
         name = path.name.removesuffix(".failed")
     tables = [Table(p.name, *shown(*read_csv(p))) for p in sorted((path / "tables").glob("*.csv"))]
-    # each row's interval drawn at publish from its paired values, where the run stored them, and
-    # its diagnosis read open where our own sensitivity runs reverse its sign
     by_name = {t.name: t.rows for t in tables}
-    rows = [
-        judge.protocol_checked(judge.recomputed(r), name, by_name, papers_dir) for r in by_name.get("effects.csv", [])
-    ]
+    # each row's interval drawn at publish from its paired values, where the run stored them, and
+    # its diagnosis read open where our own sensitivity runs reverse its sign, or where a data or scale
+    # cause has no curve that moves our change toward the paper's
+    checked = lambda r: judge.protocol_checked(judge.recomputed(r), name, by_name, papers_dir)  # noqa: E731
+    rows = [judge.curve_checked(checked(r), name, by_name, papers_dir) for r in by_name.get("effects.csv", [])]
     citation, claims, short = paper_of(name, papers_dir)
     claims = claims or list(dict.fromkeys(r.get("effect", "") for r in rows if r.get("effect")))
     notebook = notebook_file(path)
