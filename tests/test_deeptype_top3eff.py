@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ondevice.papers.deeptype import planted, sensitivity
+from ondevice.papers.deeptype import planted, sensitivity, user_groups
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
 from smoke_runs import reading
 
@@ -124,23 +124,45 @@ def test_selection_on_validation_users_and_what_adam_moves(result):
 @pytest.mark.parametrize("n, sizes", [(2, (1, 0, 1)), (4, (1, 2, 1)), (20, (5, 10, 5)), (7, (2, 3, 2))])
 def test_user_groups_are_quartiles_by_training_words(n, sizes):
     users = pd.DataFrame({"user": [f"u{i}" for i in range(n)], "train_words": np.arange(n)[::-1] * 10})
-    groups = exp.user_groups(users)
-    assert tuple((groups == g).sum() for g in exp.GROUPS) == sizes
+    groups = user_groups.user_groups(users)
+    assert tuple((groups == g).sum() for g in user_groups.GROUPS) == sizes
     assert groups["u0"] == "heavy" and groups[f"u{n - 1}"] == "light"
 
 
-def test_step_size_readings_and_the_planted_control(result):
+def test_step_size_readings_and_the_planted_control_in_the_rows_condition(result):
     steps = result.tables["step_size"]
-    assert len(steps) == 4 and steps.groupby("reading").chosen.all().sum() == 1  # 2 readings x (dose 0, dose*)
+    assert len(steps) == 2 and steps.chosen.sum() == 1 and (steps.dose == 0).all()  # the users' own lines only
     assert steps.kept_epoch_0.between(0, 1).all()
-    curve, users = result.tables["planted_curve"].set_index("dose"), result.tables["users"]
-    assert list(curve.index) == list(result.params["planted_doses"]) and (curve.users == 2).all()
-    # dose 0 is the main rows: the same global and personalized scores
-    main = users[users.condition.isin([exp.G_CROWD, exp.P_CROWD])].groupby(["condition", "seed"]).top_k_eff.median()
-    assert np.isclose(curve.loc[0.0, "top_k_eff_global"], main[exp.G_CROWD].mean())
-    assert np.isclose(curve.loc[0.0, "top_k_eff_personal"], main[exp.P_CROWD].mean())
-    assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
-    assert result.tables["planted_verdict"].text.iloc[0].startswith("**Planted-signal control")
+    users = result.tables["users"]
+    for prefix, doses, (before, after) in (
+        ("planted", "planted_doses", (exp.G_CROWD, exp.P_CROWD_DV)),
+        ("planted_far", "planted_far_doses", (exp.G_FAR, exp.P_FAR_DV)),
+    ):
+        curve = result.tables[f"{prefix}_curve"].set_index("dose")
+        assert list(curve.index) == list(result.params[doses]) and (curve.users == 2).all()
+        # dose 0 is the rows the control vouches for: the same global and personalized (dynamic vocabulary) scores
+        main = users[users.condition.isin([before, after])].groupby(["condition", "seed"]).top_k_eff.median()
+        assert np.isclose(curve.loc[0.0, "top_k_eff_global"], main[before].mean())
+        assert np.isclose(curve.loc[0.0, "top_k_eff_personal"], main[after].mean())
+        assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
+        assert result.tables[f"{prefix}_verdict"].text.iloc[0].startswith("**Planted-signal control")
+        # every planted personal model stopped on its held-out lines, as the rows' did
+        planted_rows = result.tables[prefix]
+        assert planted_rows[planted_rows.dose > 0].kept_epoch.notna().all()
+
+
+@pytest.mark.parametrize(
+    "gains, tie, chosen",
+    [
+        ({"continued": 0.01, "restarted": 0.0}, 1e-3, "continued"),
+        ({"continued": 0.0, "restarted": 0.01}, 1e-3, "restarted"),
+        ({"continued": 0.0, "restarted": 0.0005}, 1e-3, "continued"),  # a tie: the reading fixed in advance
+    ],
+)
+def test_the_step_size_rule_breaks_a_tie_by_the_fixed_reading_never_by_the_planted_control(gains, tie, chosen):
+    from ondevice.papers.deeptype import reading_choice
+
+    assert reading_choice.choose(gains, tie) == chosen
 
 
 def test_bad_parameters_name_the_field():
@@ -206,8 +228,9 @@ def test_a_flagged_personalization_effect_is_diagnosed_with_kept_epochs_and_the_
 
 def test_a_passing_planted_control_names_the_data_and_a_failing_one_leaves_the_row_open():
     """The known answer decides who owns a flagged personalization effect: with the planted control
-    passed, the crowd row's cause is the data (the control's gain at the fixed dose, the words per
-    user) and the far row's the words it adapts with; failed, both rows stay open, as before."""
+    of the row's own global model passed, the crowd row's cause is the data (the control's gain at
+    the fixed dose, the words per user) and the far row's the words it adapts with; a control that
+    failed, or ran on the other model only, leaves its row open."""
     row = lambda effect, paper, ours, low, high: {
         "effect": effect, "paper change": paper, "our change": ours, "ci low": low, "ci high": high,
         "diagnosis": "", "section": "",
@@ -231,6 +254,9 @@ def test_a_passing_planted_control_names_the_data_and_a_failing_one_leaves_the_r
     curve = pd.DataFrame({"dose": [0.0, 0.5, 1.0], "gain": [0.0, 0.08, 0.2], "ci low": [0, 0.07, 0.18]})
     curve["ci high"] = curve.gain + 0.01
     passing = {"planted_curve": curve, "planted_verdict": pd.DataFrame([{"passes": True, "text": "x"}])}
+    crowd_only = sensitivity.diagnose(effects, users, passing, 0.5)
+    assert list(crowd_only["diagnosis kind"]) == ["data", "open"]  # the far row's model had no control
+    passing |= {"planted_far_curve": curve, "planted_far_verdict": passing["planted_verdict"]}
     out = sensitivity.diagnose(effects, users, passing, 0.5)
     assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "data"
     assert out.diagnosis[0].startswith("the planted-signal control passes: personalization gains +0.080 [+0.070")
@@ -239,8 +265,10 @@ def test_a_passing_planted_control_names_the_data_and_a_failing_one_leaves_the_r
         and "in 1 of 2 user runs no personal epoch lowered" in out.diagnosis[0]
     )
     assert out.diagnosis[1].startswith("the far-corpus model adapts to a user's language from a median 4,000")
+    assert "the planted-signal control on the far model passes (+0.080 [+0.070, +0.090] top-k-eff" in out.diagnosis[1]
     assert out.section[0] == out.section[1] == planted.SECTION
-    failing = passing | {"planted_verdict": pd.DataFrame([{"passes": False, "text": "x"}])}
+    failed = pd.DataFrame([{"passes": False, "text": "x"}])
+    failing = passing | {"planted_verdict": failed, "planted_far_verdict": failed}
     out = sensitivity.diagnose(effects, users, failing, 0.5)
     assert out.loc[0, "diagnosis kind"] == out.loc[1, "diagnosis kind"] == "open"
     assert (

@@ -2,8 +2,9 @@
 paper's "private corpora"), the King James Bible (its BBC row) or none, with and without on-device
 personalization (`protocol`; `step_size`; with the user's dynamic vocabulary, `own_vocab`, and without), a
 tuned deviation, the control (`more_training`), the gain per group of users, the `sensitivity` table and the
-planted-signal control (`planted`). Stages: `load_corpora`, `train_globals`, `select_personal`, `step_size.select`,
-`personalize`, `control`, `sensitivity.run`, `planted_control`, `own_vocab.oov_table`, `on_device`, `conclude`."""
+planted-signal control in the rows' condition (`planted_condition`). Stages: `load_corpora`, `train_globals`,
+`select_personal`, `reading_choice.select`, `personalize`, `control`, `sensitivity.run`, `planted_condition.control`,
+`own_vocab.oov_table`, `on_device`, `conclude`."""
 
 from __future__ import annotations
 
@@ -23,12 +24,25 @@ from ondevice.device import parity
 from ondevice.engine.stage import resumable
 from ondevice.metrics import top_k_eff
 from ondevice.models import lstm_lm
-from ondevice.papers.deeptype import common, more_training, own_vocab, planted, protocol, report, sensitivity, step_size
+from ondevice.papers.deeptype import (
+    common,
+    more_training,
+    own_vocab,
+    planted,
+    planted_condition,
+    protocol,
+    reading_choice,
+    report,
+    sensitivity,
+    step_size,
+)
+from ondevice.papers.deeptype import smoke_presets as smoke
+from ondevice.papers.deeptype import user_groups as d5
 from ondevice.papers.deeptype.common import GlobalModels, train_global
 from ondevice.papers.deeptype.techniques import dynamic_vocab
 from ondevice.params import presets
 from ondevice.report import facts
-from ondevice.report.conclusion import Conclusion, wide
+from ondevice.report.conclusion import Conclusion
 from ondevice.tasks import typing_protocol
 
 NAME = "deeptype_top3eff"
@@ -42,12 +56,11 @@ GLOBALS = ((G_CROWD, "crowd"), (G_FAR, "far"))  # each global model's condition 
 PAPER = facts.paper(NAME)  # our crowd is the paper's "private corpora" row; the Bible its far BBC row
 PAPER_GROUPS = facts.paper(NAME, "groups")  # D5 (Fig. 8): users grouped by their amount of text
 TABLE1 = facts.load("deeptype")[NAME]["table1"]  # condition -> (global model from, personalization)
-GROUPS = ("light", "normal", "heavy")
 ROW = "seed user play role condition train_words test_words test_oov_rate top_k_eff perplexity".split()
 TRAINING = {"steps": 0, "steps_run": 0, "kept_epoch": math.nan, "personal_train_seconds": 0.0}
 TRAINING |= {"seen_row_shift": math.nan, "unseen_row_shift": math.nan}
 OWN_PRESETS = {
-    "smoke": dict(personal_epochs=2, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2, tflite_check_steps=3),
+    "smoke": smoke.DEEPTYPE_TOP3EFF,
     "default": dict(seeds=1, sgd_lr_grid=(0.03, 0.1, 0.3, 1.0), adam_lr_grid=(3e-5, 1e-4, 3e-4, 1e-3)),
     "paper": dict(seeds=3),
 }
@@ -60,7 +73,8 @@ class Params(planted.Fields):
     tuned_row: bool = True  # also run the validation users' choice on the test users
     far_words_as_crowd: bool = True  # Bible cut to the crowd's words (Sec. 6.1.1: ~10M samples each "for fairness")
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
-    step_size_tie: float = 0.001  # `step_size.RULE`: readings closer than this on validation users tie
+    step_size_tie: float = 0.001  # `reading_choice.RULE`: readings closer than this on validation users tie
+    planted_far_doses: tuple[float, ...] = (0.0, 0.5, 1.0)  # the planted control's doses on the far model
     # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
     sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
     # test users personalized at once in one batched step (`training.many_users`; the same rows to float32 rounding).
@@ -79,6 +93,8 @@ class Params(planted.Fields):
         for name in ("sgd_lr_grid", "adam_lr_grid"):
             self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
         self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
+        far = self.planted_dose_star in self.planted_far_doses and all(0 <= d <= 1 for d in self.planted_far_doses)
+        self.require(far, "planted_far_doses", "must be shares in [0, 1] and include planted_dose_star")
         self.require(self.validation_users >= 1 or not grid, "validation_users", "must be at least 1 with a grid")
         known = set(self.sensitivity) <= set(sensitivity.SWITCHES)
         self.require(known, "sensitivity", f"must name switches of {sorted(sensitivity.SWITCHES)}")
@@ -145,7 +161,7 @@ def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> li
 
 
 def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
-    """Every (seed, group of test users) as a resumable job on `ondevice.engine`; `reading`: `step_size.select`'s."""
+    """Every (seed, group of test users) as a resumable job on `ondevice.engine`; `reading`: the chosen one."""
     p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
     shared = {
@@ -172,14 +188,6 @@ def control(params: Params, corpora: dict, models: dict, reading: str, log=print
     return more_training.run(params, corpora["crowd"], models["crowd"], rates, _row, CONTROL, log)
 
 
-@resumable("planted_control")
-def planted_control(params: Params, corpora: dict, models: dict, reading: str, rows: list, log=print) -> dict:
-    """The planted-signal control on the test users (`planted.control`); dose 0 is the main rows."""
-    main = sensitivity.from_rows(report.rows_table(rows), G_CROWD, P_CROWD, "main")
-    rates = step_size.schedules(params, models["crowd"], reading)
-    return planted.control(params, corpora["crowd"], models["crowd"], rates, main, log)
-
-
 def on_device(params: Params, corpora: dict, models: dict, log=print):
     """The first test user's first personal steps from the crowd model in TensorFlow and in TFLite (`parity`)."""
     if not params.tflite_check_steps:
@@ -191,20 +199,6 @@ def on_device(params: Params, corpora: dict, models: dict, log=print):
     crowd.model.set_weights(crowd.weights[p.seed])
     rate, opt, clip = p.personal_learning_rate, p.personal_optimizer, p.personal_clip_norm
     return parity.parity_table(crowd.model, task, rate, steps, opt, log=log, clip_norm=clip)
-
-
-def user_groups(users: pd.DataFrame) -> pd.Series:
-    """D5's groups by personal training words: the lightest and heaviest 25% (at least one each), the rest normal."""
-    words = users.drop_duplicates("user").set_index("user").train_words.sort_values(kind="stable")
-    n, edge = len(words), max(1, round(0.25 * len(words)))
-    group = pd.Series("normal", index=words.index)
-    group.iloc[:edge], group.iloc[n - edge :] = "light", "heavy"
-    return group
-
-
-def _matrix(users: pd.DataFrame, condition: str, only=None) -> np.ndarray:
-    d = users[users.condition == condition]
-    return wide(d if only is None else d[d.user.isin(only)], "top_k_eff")
 
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
@@ -219,35 +213,23 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
     return summary
 
 
-def group_table(users: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
-    """D5: per group, median top-k-eff (mean over seeds) of the crowd global and the paper's personalized model."""
-    groups, rows, values = user_groups(users), [], {}
-    for name, (cond, label) in itertools.product(GROUPS, ((G_CROWD, "global"), (P_CROWD_DV, "personalized"))):
-        members = groups.index[groups == name]
-        words, m = users[users.user.isin(members)].train_words, _matrix(users, cond, members)
-        value = values[f"top-k-eff, {name} users, {label}"] = float(np.median(m, axis=1).mean()) if m.size else math.nan
-        span = {f"train_words_{f}": int(getattr(words, f)()) if len(words) else 0 for f in ("min", "max")}
-        rows.append({"group": name, "model": label, "users": len(members), "top_k_eff_median": value, **span})
-    return pd.DataFrame(rows), values
-
-
 def conclude(params, corpora, models, tuned, selection, rows, on_device_table, flatbuffer, wall_time_s, more=None):
     """Tables (one row per user and condition), medians per condition, the paper's numbers beside
     ours, and each claimed effect's paired interval and three-way verdict; D5's groups likewise."""
     users, summary = report.rows_table(rows), summary_table(rows)
     medians = summary.pivot(index="seed", columns="condition", values="top_k_eff_median")
-    groups = user_groups(users)
+    groups = d5.user_groups(users)
     users["group"] = users.user.map(groups)
-    group_rows, group_values = group_table(users)
+    group_rows, group_values = d5.group_table(users, G_CROWD, P_CROWD_DV)
     members = {e.claim: groups.index[groups == e.claim.split()[-2]] for e in PAPER_GROUPS.effects}
     judged = tuple(e for e in PAPER_GROUPS.effects if len(members[e.claim]) >= 2)
     # Table 1's and D5's facts as one paper; D5's effects judged only in groups of two users or more
     both = dataclasses.replace(PAPER, numbers=PAPER.numbers + PAPER_GROUPS.numbers, effects=PAPER.effects + judged)
     c = Conclusion(NAME, params, both)
     c.headlines({f"top-k-eff, {q}": medians[q].tolist() for q in CONDITIONS if q in medians})
-    pair = lambda e: tuple(_matrix(users, q.removeprefix("top-k-eff, ")) for q in (e.better, e.worse))
+    pair = lambda e: tuple(d5.matrix(users, q.removeprefix("top-k-eff, ")) for q in (e.better, e.worse))
     # D5's effects compare the personalized and the global crowd model within a group
-    group_pair = lambda e: tuple(_matrix(users, q, members[e.claim]) for q in (P_CROWD_DV, G_CROWD))
+    group_pair = lambda e: tuple(d5.matrix(users, q, members[e.claim]) for q in (P_CROWD_DV, G_CROWD))
     measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
     c.effect_rows(sensitivity.diagnose(effects, users, more, params.planted_dose_star))
@@ -281,11 +263,11 @@ def run(params: Params, speeches=None, log=print):
     corpora = load_corpora(params, speeches, log)
     models = train_globals(params, corpora, log)
     tuned, sel = select_personal(params, corpora, models, log)
-    reading, steps = step_size.select(params, corpora["crowd"], models["crowd"], log)
+    reading, steps = reading_choice.select(params, corpora["crowd"], models["crowd"], log)
     rows = personalize(params, corpora, models, tuned, reading, log)
     rows += control(params, corpora, models, reading, log)
     more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, reading=reading) | {"step_size": steps}
-    more |= planted_control(params, corpora, models, reading, rows, log)
+    more |= planted_condition.control(params, corpora, models, reading, report.rows_table(rows), log)
     more |= {"dynamic_vocabulary": own_vocab.oov_table(params, corpora)}
     table, flatbuffer = on_device(params, corpora, models, log)
     return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
