@@ -2,13 +2,15 @@
 before the model learns from it, only the softmax trains, and without training the emulator
 scores exactly as the standard evaluation does."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from ondevice.data import per_user_text
 from ondevice.data.typing_samples import build_samples
-from ondevice.papers.deeptype import common, planted
+from ondevice.papers.deeptype import common, planted, step_size
 from ondevice.papers.deeptype.experiments import deeptype_online as exp
 from ondevice.params import ParameterError
 from ondevice.tasks.next_word import NextWordTask
@@ -63,6 +65,18 @@ def test_online_training_scores_before_learning_and_trains_only_the_softmax(setu
         assert np.array_equal(w, g) != (id(var) in softmax), var.name
     again, _ = emulator.run(short, params.seed, train=True)  # reset: a fresh optimizer from the global weights
     np.testing.assert_array_equal(again, online)
+
+
+def test_online_training_steps_at_the_fixed_readings_first_personal_epoch_rate(setup):
+    """The shared protocol's step (`step_size`): the stream is one pass, so its rate is the reading's
+    rate of personal epoch 1 from the start's kept epoch; the optimizer that trains runs at it."""
+    params, _, models, short = setup
+    kept = step_size.kept_epoch(models, params.seed)
+    emulator = exp.Emulator(dataclasses.replace(params, global_decay_after=0), models)
+    expected = params.personal_learning_rate * params.global_lr_decay**kept  # continued: kept + 1 - 1 - 0 halvings
+    assert params.step_reading == "continued" and emulator.rate(params.seed) == pytest.approx(expected) < 0.5
+    emulator.run(short, params.seed, train=True)
+    assert float(emulator.trainer.optimizer.learning_rate.numpy()) == pytest.approx(expected)
 
 
 def test_full_training_changes_every_layer(setup):
@@ -126,7 +140,8 @@ def test_the_validation_choice_trains_with_its_own_optimizer_and_explains_a_flag
     params, _, models, short = setup
     also = exp.Emulator(params, models).also()
     assert also.params.personal_optimizer == params.also_optimizer == "adam"
-    assert also.params.personal_learning_rate == params.also_learning_rate
+    assert also.rate(params.seed) == also.params.personal_learning_rate == params.also_learning_rate  # constant
+    also.run(short, params.seed, train=True)
     assert type(also.trainer.optimizer).__name__.lower() == "adam"
     rows = [
         {"seed": 0, "user": u, "condition": c}

@@ -27,7 +27,7 @@ from ondevice import streams
 from ondevice.data.per_user_text import Corpus
 from ondevice.data.typing_samples import Samples
 from ondevice.metrics import chars_needed, top_k_eff
-from ondevice.papers.deeptype import common, planted, protocol, report, starts
+from ondevice.papers.deeptype import common, planted, protocol, report, starts, step_size
 from ondevice.papers.deeptype.common import GlobalModels
 from ondevice.params import presets
 from ondevice.report import claims, facts
@@ -51,6 +51,11 @@ class Params(starts.Params):
     online_training: str = "fine_tune"  # fine_tune: softmax only, reusing inference (the paper's online path) | full
     last_fraction: float = 0.1  # the stream's last part (the paper: last 10K of 100K samples)
     curve_points: int = 20  # cumulative top-k-eff at this many points of each stream (figure)
+    # The shared personalization protocol's step (issue 74; until 2026-12-07 the constant personal rate, SGD
+    # 1.0): the step-size reading's rate of the first personal epoch, the stream being one pass, from the
+    # start's kept epoch (`step_size`; "continued" fixed before the run, as top3eff's tie gives it). The
+    # validation choice keeps its constant rate.
+    step_reading: str = step_size.READINGS[0]
 
     # The model fields are the shared presets', so the global models are the other notebooks' cache entries.
     # Starts (`global_texts`): Sent140 (the paper's public Twitter model; main; 90,744 words + 20,006 held out
@@ -64,6 +69,7 @@ class Params(starts.Params):
         self.at_least(2, "curve_points")
         self.require(self.online_training in ("fine_tune", "full"), "online_training", "must be 'fine_tune' or 'full'")
         self.require(0 < self.last_fraction < 1, "last_fraction", "must be in (0, 1)")
+        self.require(self.step_reading in step_size.READINGS, "step_reading", f"must be one of {step_size.READINGS}")
 
 
 def stream(corpus: Corpus, user: str, train_fraction: float) -> tuple[Samples, int]:
@@ -80,18 +86,28 @@ def stream(corpus: Corpus, user: str, train_fraction: float) -> tuple[Samples, i
 class Emulator:
     """Feeds a stream batch by batch: infer (and score) each buffered batch, then train on it."""
 
-    def __init__(self, params: Params, models: GlobalModels):
+    def __init__(self, params: Params, models: GlobalModels, stepped: bool = True):
         self.params, self.models, self.k = params, models, tf.constant(params.k)
-        self.reuse = params.online_training == "fine_tune"
-        self.trainer = protocol.online_trainer(params, models.model, common.task(params), self.reuse)
+        self.reuse, self.stepped, self._trainers = params.online_training == "fine_tune", stepped, {}
 
     def also(self) -> "Emulator":
-        """The same emulation with the validation users' personal optimizer and learning rate."""
-        return Emulator(protocol.validation_choice(self.params), self.models)
+        """The same emulation with the validation users' personal optimizer and (constant) learning rate."""
+        return Emulator(protocol.validation_choice(self.params), self.models, stepped=False)
+
+    def rate(self, seed: int) -> float:
+        """The online rate from the seed's start: the step-size reading's first personal epoch (or constant)."""
+        p = self.params
+        kept = step_size.kept_epoch(self.models, seed)
+        return step_size.schedule(p, p.step_reading, kept)(1) if self.stepped else p.personal_learning_rate
 
     def run(self, data: Samples, seed: int, train: bool) -> tuple[np.ndarray, int]:
         """R(x) of every sample, as suggested by the model of that moment, and the steps trained.
         Without training the model never changes, so larger batches give the same suggestions faster."""
+        rate = self.rate(seed)
+        if rate not in self._trainers:
+            p = dataclasses.replace(self.params, personal_learning_rate=rate)
+            self._trainers[rate] = protocol.online_trainer(p, self.models.model, common.task(p), self.reuse)
+        self.trainer = self._trainers[rate]
         self.trainer.reset(self.models.weights[seed])
         b = self.params.online_batch_size if train else max(self.params.online_batch_size, 256)
         needed, steps = np.zeros(len(data), np.int32), 0
@@ -137,7 +153,8 @@ def emulate(params: Params, corpus: Corpus, models: GlobalModels, log=print) -> 
                     "later_lines_words": len(parts["later_lines"]),
                 }
                 effs = {f"top_k_eff_{p}": v for p, v in scores[condition].items()}
-                rows.append({**head, **sizes, "train_steps": steps, **effs})
+                rate = {"learning_rate": runner.rate(seed) if condition != "global" else 0.0}
+                rows.append({**head, **sizes, "train_steps": steps, **rate, **effs})
                 saved, typed = np.cumsum(data.word_len - needed), np.cumsum(data.word_len)
                 cumulative = {int(p): saved[p - 1] / typed[p - 1] for p in points}
                 curve += [
