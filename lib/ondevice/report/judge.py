@@ -161,6 +161,12 @@ class Protocols:
     unit: str = "relative"
     select: tuple = ()
     paired: tuple = ()
+    experiment: str = ""  # another experiment's result holds the table ("": the claim's own)
+
+    @property
+    def source(self) -> str:
+        """The table's key among the tables a page reads (`referenced`): "<experiment>/<table>" for another's."""
+        return f"{self.experiment}/{self.table}" if self.experiment else self.table
 
 
 def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Protocols]:
@@ -178,8 +184,19 @@ def protocols(experiment: str, claim: str, papers_dir: Path = PAPERS) -> list[Pr
                     raise ValueError(f"paper.toml: {experiment}'s protocols of {claim!r} lack {', '.join(missing)}")
                 select = tuple(sorted((str(k), str(v)) for k, v in (p.get("select") or {}).items()))
                 named = {k: str(p[k]) for k in keys} | {"unit": str(p.get("unit", "relative")), "select": select}
+                named |= {"experiment": str(p.get("experiment", ""))}
                 found.append(Protocols(claim, **named, paired=tuple(str(paired[k]) for k in PAIRED_KEYS if paired)))
     return found
+
+
+def referenced(experiment: str, papers_dir: Path = PAPERS) -> set[tuple[str, str]]:
+    """(other experiment, table) of every protocol run an experiment's claims read from another's result."""
+    return {
+        (p.get("experiment"), p.get("table"))
+        for section in _claims(experiment, papers_dir)
+        for p in section.get("protocols", [])
+        if isinstance(p, dict) and p.get("experiment") and p.get("table")
+    }
 
 
 PAIRED_KEYS = ("column", "value", "better", "worse")
@@ -210,7 +227,7 @@ def reversals(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPER
         return []
     out = []
     for p in protocols(experiment, text(row, "effect"), papers_dir):
-        rows = tables.get(p.table, [])
+        rows = tables.get(p.source, [])
         if p.paired:
             runs = [(p.run, paired_change(rows, *p.paired))]
         else:

@@ -344,6 +344,8 @@ def experiment(path: Path, papers_dir: Path = facts.PAPERS, check_code: bool = T
         name = path.name.removesuffix(".failed")
     tables = [Table(p.name, *shown(*read_csv(p))) for p in sorted((path / "tables").glob("*.csv"))]
     by_name = {t.name: t.rows for t in tables}
+    # the tables of other experiments' results that this one's claims read their protocol runs from
+    by_name |= {f"{e}/{t}": read_csv(path.parent / e / "tables" / t)[1] for e, t in judge.referenced(name, papers_dir)}
     # each row's interval drawn at publish from its paired values, where the run stored them, and
     # its diagnosis read open where our own sensitivity runs reverse its sign, or where a data or scale
     # cause has no curve that moves our change toward the paper's

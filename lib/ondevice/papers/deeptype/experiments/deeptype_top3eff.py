@@ -1,10 +1,11 @@
 """DeepType D3 (Table 1) and D5 (Fig. 8): global models from the clean crowd of the same corpus (the
 paper's "private corpora"), the King James Bible (its BBC row) or none, with and without on-device
-personalization (`protocol`; `step_size`; with the user's dynamic vocabulary, `own_vocab`, and without), a
-tuned deviation, the control (`more_training`), the gain per group of users, the `sensitivity` table and the
-planted-signal control in the rows' condition (`planted_condition`). Stages: `load_corpora`, `train_globals`,
-`select_personal`, `reading_choice.select`, `personalize`, `control`, `sensitivity.run`, `planted_condition.control`,
-`own_vocab.oov_table`, `on_device`, `conclude`."""
+personalization (`protocol`; `step_size`; with the user's dynamic vocabulary, `own_vocab`, and without), the
+control (`more_training`), the gain per group of users (`user_groups`) and the planted-signal control in the
+rows' condition (`planted_condition`). Stages: `load_corpora`, `train_globals`,
+`reading_choice.select`, `personalize`, `control`, `planted_condition.control`, `own_vocab.oov_table`, `on_device`,
+`conclude`. The protocol's sensitivity (the switched-back choices, the other step-size reading, the validation
+users' choice) is deeptype_top3eff_sensitivity's, split off on 2026-12-07 so that each runs cold in a sitting."""
 
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ from ondevice.papers.deeptype import (
     protocol,
     reading_choice,
     report,
-    sensitivity,
     step_size,
 )
 from ondevice.papers.deeptype import smoke_presets as smoke
@@ -48,10 +48,8 @@ from ondevice.tasks import typing_protocol
 NAME = "deeptype_top3eff"
 G_CROWD, P_CROWD, CONTROL = "crowd global", "crowd global + personal", "crowd global + more crowd training"
 G_FAR, P_FAR, P_ONLY = "far global", "far global + personal", "no global + personal"
-P_TUNED = "crowd global + personal, tuned (deviation)"
-P_OTHER = "crowd global + personal, other step-size reading"  # sensitivity only, not a Table 1 row
 P_CROWD_DV, P_FAR_DV = map(own_vocab.condition, (P_CROWD, P_FAR))  # the paper's personalized rows (Sec. 4)
-CONDITIONS = (G_CROWD, P_CROWD_DV, P_CROWD, CONTROL, G_FAR, P_FAR_DV, P_FAR, P_ONLY, P_TUNED)
+CONDITIONS = (G_CROWD, P_CROWD_DV, P_CROWD, CONTROL, G_FAR, P_FAR_DV, P_FAR, P_ONLY)
 GLOBALS = ((G_CROWD, "crowd"), (G_FAR, "far"))  # each global model's condition and corpus
 PAPER = facts.paper(NAME)  # our crowd is the paper's "private corpora" row; the Bible its far BBC row
 PAPER_GROUPS = facts.paper(NAME, "groups")  # D5 (Fig. 8): users grouped by their amount of text
@@ -61,22 +59,17 @@ TRAINING = {"steps": 0, "steps_run": 0, "kept_epoch": math.nan, "personal_train_
 TRAINING |= {"seen_row_shift": math.nan, "unseen_row_shift": math.nan}
 OWN_PRESETS = {
     "smoke": smoke.DEEPTYPE_TOP3EFF,
-    "default": dict(seeds=1, sgd_lr_grid=(0.03, 0.1, 0.3, 1.0), adam_lr_grid=(3e-5, 1e-4, 3e-4, 1e-3)),
+    "default": dict(seeds=1),
     "paper": dict(seeds=3),
 }
 
 
 @dataclass(frozen=True)
 class Params(planted.Fields):
-    sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
-    adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
-    tuned_row: bool = True  # also run the validation users' choice on the test users
     far_words_as_crowd: bool = True  # Bible cut to the crowd's words (Sec. 6.1.1: ~10M samples each "for fairness")
     tflite_check_steps: int = 5  # personal steps run both in TF and in the exported TFLite model
     step_size_tie: float = 0.001  # `reading_choice.RULE`: readings closer than this on validation users tie
     planted_far_doses: tuple[float, ...] = (0.0, 0.5, 1.0)  # the planted control's doses on the far model
-    # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
-    sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
     # test users personalized at once in one batched step (`training.many_users`; the same rows to float32 rounding).
     # 1: with 20 together (users of 3.3K-8.2K words, each stopping on its own) a default run was still personalizing
     # after 50 min, against 31.6 one at a time: a batched step costs its longest user's steps for every user
@@ -87,17 +80,11 @@ class Params(planted.Fields):
 
     def check(self) -> None:
         super().check()
-        grid = bool(self.sgd_lr_grid or self.adam_lr_grid)
         self.at_least(0, "tflite_check_steps", "step_size_tie")
         self.at_least(1, "personal_epochs", "users_together", "dynamic_vocab_min_count")
-        for name in ("sgd_lr_grid", "adam_lr_grid"):
-            self.require(all(lr > 0 for lr in getattr(self, name)), name, "must hold positive rates")
-        self.require(grid or not self.tuned_row, "tuned_row", "needs a candidate in sgd_lr_grid or adam_lr_grid")
         far = self.planted_dose_star in self.planted_far_doses and all(0 <= d <= 1 for d in self.planted_far_doses)
         self.require(far, "planted_far_doses", "must be shares in [0, 1] and include planted_dose_star")
-        self.require(self.validation_users >= 1 or not grid, "validation_users", "must be at least 1 with a grid")
-        known = set(self.sensitivity) <= set(sensitivity.SWITCHES)
-        self.require(known, "sensitivity", f"must name switches of {sorted(sensitivity.SWITCHES)}")
+        self.at_least(1, "validation_users")  # the step-size reading is chosen on them
 
 
 def load_corpora(params: Params, speeches=None, log=print) -> dict[str, Corpus]:
@@ -109,18 +96,6 @@ def load_corpora(params: Params, speeches=None, log=print) -> dict[str, Corpus]:
 
 def train_globals(params: Params, corpora: dict[str, Corpus], log=print) -> dict[str, GlobalModels]:
     return {name: train_global(params, corpus, log) for name, corpus in corpora.items()}
-
-
-@resumable("select_personal")
-def select_personal(params: Params, corpora: dict[str, Corpus], models: dict[str, GlobalModels], log=print):
-    """The tuned deviation: the personal configuration best on the validation users (`protocol.select`,
-    crowd global model of the first seed), from SGD and fresh-state Adam candidates."""
-    candidates = [("sgd", lr) for lr in params.sgd_lr_grid] + [("adam", lr) for lr in params.adam_lr_grid]
-    if not candidates:
-        return None, pd.DataFrame()
-    crowd, start = corpora["crowd"], models["crowd"].weights[params.seed]
-    data = {u: crowd.personal(u, params.personal_train_fraction) for u in crowd.split.validation}
-    return protocol.select(params, protocol.Personal(params, models["crowd"].model), start, data, candidates, log)
 
 
 def _row(seed, user, condition, data, score: dict, **extra) -> dict:
@@ -139,16 +114,14 @@ def _personal_for(params: Params, config: lstm_lm.LSTMConfig) -> protocol.Person
 
 
 def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> list[dict]:
-    """A seed's `users_together` test users: each global model as it is and personalised (chosen step-size reading, the
-    crowd's also the other; with and without the user's vocabulary), and a model of the user's data alone."""
-    p, w, main, tuned = shared["params"], shared["weights"], shared["reading"], shared["tuned"]
+    """A seed's `users_together` test users: each global model as it is and personalised (the chosen step-size
+    reading; with and without the user's vocabulary), and a model of the user's data alone."""
+    p, w, main = shared["params"], shared["weights"], shared["reading"]
     personal = lambda name: _personal_for(p, shared["configs"][name])
     score = lambda u, d, g, n: _row(seed, u, g, d[n], personal(n).score_weights(w[n][seed], d[n][2]))  # noqa: E731
     rows = {u: [score(u, d, g, n) for g, n in GLOBALS] for u, d in zip(users, data)}
     runs = [(P_CROWD, "crowd", p, main), (P_FAR, "far", p, main), (P_ONLY, "crowd", p, None)]
     runs += [(own_vocab.condition(c), n + own_vocab.DYNAMIC, q, r) for c, n, q, r in runs[:2]]
-    runs += [(P_OTHER, "crowd", p, step_size.other(main))]
-    runs += [(P_TUNED, "crowd", protocol.with_config(p, tuned), None)] if tuned else []
     for condition, key, q, reading in runs:
         name = key.removesuffix(own_vocab.DYNAMIC)  # the global model; `key` its data
         scratch = condition == P_ONLY
@@ -160,13 +133,12 @@ def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> li
     return [r for u in users for r in rows[u]]
 
 
-def personalize(params: Params, corpora: dict, models: dict, tuned: dict | None, reading: str, log=print) -> list:
+def personalize(params: Params, corpora: dict, models: dict, reading: str, log=print) -> list:
     """Every (seed, group of test users) as a resumable job on `ondevice.engine`; `reading`: the chosen one."""
     p, config = params, typing_protocol.model_config(params, corpora["crowd"])
     init = lambda s: lstm_lm.build(config, seed=streams.tf_seed(s, "init/personal-only")).get_weights()
     shared = {
         "params": p,
-        "tuned": tuned if p.tuned_row and tuned not in (None, protocol.config(p)) else None,
         "configs": {k: typing_protocol.model_config(p, c) for k, c in corpora.items()},
         "weights": {k: m.weights for k, m in models.items()},
         "scratch": {s: init(s) for s in p.seed_list},
@@ -213,7 +185,7 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
     return summary
 
 
-def conclude(params, corpora, models, tuned, selection, rows, on_device_table, flatbuffer, wall_time_s, more=None):
+def conclude(params, corpora, models, rows, on_device_table, flatbuffer, wall_time_s, more=None):
     """Tables (one row per user and condition), medians per condition, the paper's numbers beside
     ours, and each claimed effect's paired interval and three-way verdict; D5's groups likewise."""
     users, summary = report.rows_table(rows), summary_table(rows)
@@ -232,7 +204,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
     group_pair = lambda e: tuple(d5.matrix(users, q, members[e.claim]) for q in (P_CROWD_DV, G_CROWD))
     measured = {e.claim: pair(e) for e in PAPER.effects} | {e.claim: group_pair(e) for e in judged}
     effects = c.effects(measured, streams.rng(params.seed, "bootstrap"), n_boot=params.bootstrap)
-    c.effect_rows(sensitivity.diagnose(effects, users, more, params.planted_dose_star))
+    c.effect_rows(planted_condition.diagnose(effects, users, more, params.planted_dose_star))
     c.paper_vs_ours(extra=group_values)
     text = lambda k: dict(global_text=corpora[k].global_text)
     tables = {
@@ -240,7 +212,6 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
         "users": users,
         "summary": summary,
         "groups": group_rows,
-        "selection": selection,
         "training": pd.concat([m.history().assign(**text(k)) for k, m in models.items()]),
         "global_model_cache": pd.concat([m.cache().assign(**text(k)) for k, m in models.items()], ignore_index=True),
         "personal_curves": report.personal_curves(rows),
@@ -248,7 +219,7 @@ def conclude(params, corpora, models, tuned, selection, rows, on_device_table, f
         "crowd_overlap": pd.concat([x.overlap(params.personal_train_fraction) for x in corpora.values()]),
     }
     tables |= ({"on_device": on_device_table} if on_device_table is not None else {}) | (more or {})
-    notes = dict(paper_config=protocol.config(params), tuned_config=tuned)
+    notes = dict(paper_config=protocol.config(params))
     notes |= dict(model_parameters=common.model_card(models["crowd"].model)["parameters"])
     notes |= dict(global_models_from_cache={k: m.from_cache for k, m in models.items()})
     data = [m.summary() for m in corpora["far"].manifests]
@@ -262,21 +233,19 @@ def run(params: Params, speeches=None, log=print):
     start = time.perf_counter()
     corpora = load_corpora(params, speeches, log)
     models = train_globals(params, corpora, log)
-    tuned, sel = select_personal(params, corpora, models, log)
     reading, steps = reading_choice.select(params, corpora["crowd"], models["crowd"], log)
-    rows = personalize(params, corpora, models, tuned, reading, log)
+    rows = personalize(params, corpora, models, reading, log)
     rows += control(params, corpora, models, reading, log)
-    more = sensitivity.run(params, corpora, rows, G_CROWD, P_CROWD, log, reading=reading) | {"step_size": steps}
-    more |= planted_condition.control(params, corpora, models, reading, report.rows_table(rows), log)
+    more = {"step_size": steps} | planted_condition.control(
+        params, corpora, models, reading, report.rows_table(rows), log
+    )
     more |= {"dynamic_vocabulary": own_vocab.oov_table(params, corpora)}
     table, flatbuffer = on_device(params, corpora, models, log)
-    return conclude(params, corpora, models, tuned, sel, rows, table, flatbuffer, time.perf_counter() - start, more)
+    return conclude(params, corpora, models, rows, table, flatbuffer, time.perf_counter() - start, more)
 
 
-def paper_table(summary: pd.DataFrame, tuned: dict | None) -> pd.DataFrame:
+def paper_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Table 1's layout: global corpus x personalization, median top-k-eff (mean over seeds)."""
     med, paper = summary.groupby("condition").top_k_eff_median.mean(), {n.quantity: n.value for n in PAPER.numbers}
-    shown = [c for c in CONDITIONS if c != P_TUNED or (c in med.index and tuned)]
-    value = lambda c: (*TABLE1[c], med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan))
-    rows = [(g, p.format(**(tuned or {})), ours, theirs) for g, p, ours, theirs in map(value, shown)]
+    rows = [(*TABLE1[c], med.get(c, math.nan), paper.get(f"top-k-eff, {c}", math.nan)) for c in CONDITIONS]
     return pd.DataFrame(rows, columns=["global model from", "personalization", "ours", "paper"])
