@@ -18,4 +18,8 @@ def test_the_readme_names_every_module_and_links_every_notebook_and_results_page
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert not [a for a in links if not (paper / a).resolve().is_file()], f"{paper.name}/README.md: broken links"
     for nb in sorted((ROOT / "notebooks" / paper.name).glob("*.ipynb")):
-        assert f"notebooks/{paper.name}/{nb.name}" in text and f"results/default/{nb.stem}/README.md" in text, nb.stem
+        assert f"notebooks/{paper.name}/{nb.name}" in text, nb.stem
+        if (ROOT / "results" / "default" / nb.stem).is_dir():
+            assert f"results/default/{nb.stem}/README.md" in text, nb.stem
+        else:  # a new notebook before its first default run: the row says so instead of a broken link
+            assert re.search(rf"\[{nb.stem}\]\([^)]+\) \| not yet run at default \|", text), nb.stem
