@@ -39,9 +39,9 @@ def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> li
 
 def run(params, models: GlobalModels, config, reading: str | None, users: list[str], data, name: str, log) -> list:
     """`users_job` for every seed and user (`data(user)`: its dict), from `models`' weights at the
-    step-size `reading` (None: the constant personal rate); resumable under the run's jobs directory `name`."""
+    step-size `reading` (None: the constant personal rate); resumable under `name` in the run's jobs directory."""
     shared = {"params": params, "config": config, "weights": models.weights, "reading": reading}
     shared["kept"] = {s: step_size.kept_epoch(models, s) for s in params.seed_list}
     jobs = protocol.group_jobs(params.seed_list, users, 1, users_job, data)
-    results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(f"deeptype_top3eff-{name}"), log=log)
+    results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(name), log=log)
     return [r for got in results for r in got]
