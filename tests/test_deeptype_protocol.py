@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ondevice.data import per_user_text
+from ondevice.data.typing_samples import build_samples
 from ondevice.device import parity
 from ondevice.papers.deeptype import common, protocol
 from ondevice.papers.deeptype.experiments import deeptype_ondevice_opt as opt_exp
@@ -14,6 +15,7 @@ from ondevice.papers.deeptype.experiments import deeptype_online as online_exp
 from ondevice.papers.deeptype.experiments import deeptype_online_latency as latency_exp
 from ondevice.papers.deeptype.experiments import deeptype_personal_data as data_exp
 from ondevice.papers.deeptype.experiments import deeptype_top3eff as top3_exp
+from ondevice.papers.deeptype.experiments import deeptype_top3eff_sensitivity as sens_exp
 from ondevice.papers.deeptype.experiments import energy_governors as energy_exp
 from ondevice.tasks import typing_protocol
 from ondevice.training import step as step_module
@@ -58,13 +60,14 @@ def test_the_global_model_trains_with_the_global_fields(speeches, created):
 
 def test_accuracy_experiment_d3(setup, created, monkeypatch):
     corpus, models = setup
-    params = params_of(top3_exp, sgd_lr_grid=(0.0789,), adam_lr_grid=())
+    params = params_of(top3_exp)
     corpora, both = {"crowd": corpus, "far": corpus}, {"crowd": models, "far": models}
-    rows = top3_exp.personalize(params, corpora, both, None, "continued", log=lambda _: None)
+    rows = top3_exp.personalize(params, corpora, both, "continued", log=lambda _: None)
     rows += top3_exp.control(params, corpora, both, "continued", log=lambda _: None)
     assert created and set(created) == {MINE}
     created.clear()
-    top3_exp.select_personal(params, corpora, both, log=lambda _: None)  # the tuned deviation: its candidates
+    sens = params_of(sens_exp, sgd_lr_grid=(0.0789,), adam_lr_grid=())
+    sens_exp.select_personal(sens, corpus, models, log=lambda _: None)  # the validation users' choice: its candidates
     assert set(created) == {("sgd", 0.0789, 3.0)}
     checked = {}
     monkeypatch.setattr(
@@ -89,8 +92,10 @@ def test_personal_data_experiment_d4(setup, created):
 
 @pytest.mark.parametrize("online_training", ["fine_tune", "full"])
 def test_online_experiment_d7(setup, created, online_training):
-    _, models = setup
-    online_exp.Emulator(params_of(online_exp, online_training=online_training), models)
+    corpus, models = setup
+    params = params_of(online_exp, online_training=online_training)
+    short = build_samples(corpus.users[corpus.split.test[0]][:10], corpus.vocab, params.context_words)
+    online_exp.Emulator(params, models).run(short, params.seed, train=True)  # its trainer, at the step's rate
     assert created == [MINE]
 
 

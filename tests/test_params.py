@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from ondevice.data import per_user_text
-from ondevice.papers.deeptype.experiments import deeptype_top3eff as exp
+from ondevice.papers.deeptype.experiments import deeptype_top3eff_sensitivity as exp
 from ondevice.params import ParameterError, Params
 
 
