@@ -129,3 +129,24 @@ def test_the_control_trains_five_epochs_of_the_median_user_on_crowd_text(trained
         for u in corpus.split.test
     ]
     assert all(r["top_k_eff"] != s["top_k_eff"] for r, s in zip(rows, scores))  # never the global model itself
+
+
+def test_personal_jobs_give_the_rows_of_the_in_process_loop_they_replace(trained):
+    """top3eff's planted and switched-back runs as engine jobs (`personal_jobs`, each job building its
+    own model) against `planted.gains`, the loop over one shared model that they replaced: the same
+    start and personalized scores, kept epoch and steps, for every test user."""
+    from ondevice.papers.deeptype import personal_jobs
+    from ondevice.tasks import typing_protocol
+
+    params, corpus, models, _ = trained
+    plant = planted.planted(corpus, 0.5, params.seed, params.planted_words)
+    schedule = step_size.schedules(params, models, "continued")
+    loop = planted.gains(params, plant, models, schedule, 0.5, plant.split.test, log=QUIET)
+    config = typing_protocol.model_config(params, plant)
+    data = lambda user: {"parts": plant.personal_parts(user, params)}  # noqa: E731
+    jobs = personal_jobs.run(params, models, config, "continued", plant.split.test, data, "test", QUIET)
+    assert [(r["seed"], r["user"]) for r in jobs] == [(r["seed"], r["user"]) for r in loop]
+    for a, b in zip(jobs, loop):
+        assert (a["kept_epoch"], a["steps"], a["steps_run"]) == (b["kept_epoch"], b["steps"], b["steps_run"])
+        for key in ("top_k_eff_global", "top_k_eff", "perplexity"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key

@@ -1,13 +1,14 @@
 """Personal training of many users as `engine` jobs, for top3eff's switched-back protocols
-(`sensitivity`) and its planted control (`planted_condition`): a job is one seed's user; the user's
-start model is scored on its later lines, then personalized from it as the main rows are
-(`protocol.Personal.train`: the hold-out, the step-size reading's rates, the main rows' random
-stream). With an engine of several workers (`make reproduce ENGINE=dask`), users train in parallel
+(`sensitivity`) and its planted control (`planted_condition`): a job is a group of one seed's users
+(`per_job`); each user's start model is scored on its later lines, then personalized from it as the
+main rows are (`protocol.Personal.train`: the hold-out, the step-size reading's rates, the main rows'
+random stream). With an engine of several workers (`make reproduce ENGINE=dask`), users train in parallel
 processes; the rows are those of training one at a time (`tests/test_engine.py`)."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 from ondevice import engine, streams
 from ondevice.models import lstm_lm
@@ -37,11 +38,17 @@ def users_job(shared: dict, seed: int, users: list[str], data: list[dict]) -> li
     return rows
 
 
+def per_job(users: int) -> int:
+    """Users per job: two jobs per worker of the engine, so a job process's start (TensorFlow's import,
+    the model's build and tracing: seconds) is paid a few times per run, not once per user."""
+    return max(1, math.ceil(users / (2 * engine.EngineSpec.from_env().workers)))
+
+
 def run(params, models: GlobalModels, config, reading: str | None, users: list[str], data, name: str, log) -> list:
     """`users_job` for every seed and user (`data(user)`: its dict), from `models`' weights at the
     step-size `reading` (None: the constant personal rate); resumable under `name` in the run's jobs directory."""
     shared = {"params": params, "config": config, "weights": models.weights, "reading": reading}
     shared["kept"] = {s: step_size.kept_epoch(models, s) for s in params.seed_list}
-    jobs = protocol.group_jobs(params.seed_list, users, 1, users_job, data)
+    jobs = protocol.group_jobs(params.seed_list, users, per_job(len(users)), users_job, data)
     results = engine.run_jobs(jobs, shared, run_dir=engine.jobs_dir(name), log=log)
     return [r for got in results for r in got]
