@@ -193,6 +193,9 @@ def test_the_planted_control_runs_the_emulation_at_every_dose(result):
     online = users[users.condition == "online"].set_index("user").top_k_eff_stream.sort_index()
     dose0 = per_user[per_user.dose == 0].set_index("user").top_k_eff.sort_index()
     assert np.allclose(online, dose0)  # dose 0 is the main rows
+    assert set(per_user.condition) == {"online"}  # the table names the condition it ran in
+    rates = users[users.condition == "online"].learning_rate
+    assert (rates > 0).all() and rates.nunique() == 1  # one start model, one step-size rate
     assert (curve["ci low"] <= curve.gain).all() and (curve.gain <= curve["ci high"]).all()
     verdict = r.tables["planted_verdict"].iloc[0]
     assert verdict.passes == planted.verdict(curve, params.planted_dose_star)[0]

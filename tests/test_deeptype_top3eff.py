@@ -133,6 +133,7 @@ def test_step_size_readings_and_the_planted_control_in_the_rows_condition(result
         # every planted personal model stopped on its held-out lines, as the rows' did
         planted_rows = result.tables[prefix]
         assert planted_rows[planted_rows.dose > 0].kept_epoch.notna().all()
+        assert set(planted_rows.condition) == {after}  # the table names the condition it ran in
 
 
 @pytest.mark.parametrize(

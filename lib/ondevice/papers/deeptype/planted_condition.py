@@ -56,7 +56,7 @@ def control(params, corpora: dict, models: dict, reading: str, users: pd.DataFra
         measure = _measure(p, name, models[name], config, reading, log)
         main = sensitivity.from_rows(users, before, after, "main").drop(columns="protocol")
         per_user = planted.doses(p, corpora[name], measure, main)
-        named = planted.tables(p, per_user.assign(model=name))
+        named = planted.tables(p, per_user.assign(model=name, condition=after))  # the condition it ran in
         tables |= {key.replace("planted", prefix, 1): table for key, table in named.items()}
     return tables
 

@@ -190,7 +190,8 @@ def planted_control(params: Params, corpus: Corpus, models: GlobalModels, users:
         log(f"planted dose {dose:g}: {len(rows)} streams, online {np.median([r['top_k_eff'] for r in rows]):.3f}")
         return rows
 
-    return planted.tables(params, planted.doses(params, corpus, measure, main.reset_index()))
+    per_user = planted.doses(params, corpus, measure, main.reset_index())
+    return planted.tables(params, per_user.assign(condition="online"))  # the condition it ran in: the main rows'
 
 
 def _wide(users: pd.DataFrame, condition: str, part: str) -> np.ndarray:
