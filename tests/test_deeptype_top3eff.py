@@ -264,7 +264,7 @@ def test_dynamic_vocabulary_rows_use_each_users_vocabulary(result):
             assert np.isclose(r[dynamic], counted.loc[user, "test_oov_user_vocab"])
     assert (oov.added_words > 0).all() and (oov.test_oov_user_vocab < oov.test_oov_global_vocab).any()
     assert (oov.min_count == result.params["dynamic_vocab_min_count"]).all()
-    table = exp.paper_table(result.tables["summary"], None).set_index("personalization")
+    table = exp.paper_table(result.tables["summary"]).set_index("personalization")
     assert np.isfinite(table.loc[table.index.str.startswith("yes, with the dynamic"), "paper"]).all()
 
 
