@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from ondevice.papers.autlearn import feature_gap, resolution
-from ondevice.report import claims
+from ondevice.report import claims, curves, judge
 
 DATA = pd.DataFrame(
     {
@@ -65,3 +65,14 @@ def test_the_resolution_row_reads_scale_when_the_largest_size_closes_half_the_ga
     assert open_.kind is claims.Kind.OPEN and "closes 47% of the gap" in open_.text
     worse = resolution.diagnosis(curve([0.5, 0.45, 0.4]), image_users(0.8), "CloudTrain", 0)[resolution.CLAIM]
     assert worse.kind is claims.Kind.OPEN
+
+
+def test_the_curve_stores_autlearns_change_against_cloudtrain_and_the_judge_reads_it_at_the_papers_size():
+    table = resolution.against_cloud(curve([0.5, 0.6, 0.66]), image_users(0.8), "CloudTrain", 0)
+    assert table.autlearn_over_cloudtrain.round(4).tolist() == [-0.375, -0.25, -0.175]
+    sections = judge._claims("autlearn_accuracy", judge.PAPERS)
+    (declared,) = curves.declared(sections, "autlearn_accuracy", resolution.CLAIM)
+    holds, text = curves.link(declared, table.astype(str).to_dict("records"), ours=-0.375, paper=0.01)
+    assert holds and "input size (pixels) (image_size 224): -17.5%" in text
+    flat = resolution.against_cloud(curve([0.5, 0.5, 0.49]), image_users(0.8), "CloudTrain", 0)
+    assert not curves.link(declared, flat.astype(str).to_dict("records"), ours=-0.375, paper=0.01)[0]

@@ -139,7 +139,10 @@ def test_a_diagnosis_outside_our_code_reads_open_where_our_own_protocol_reverses
     assert judge.flagged_kind(checked, "differs, explained by x") == "open"
     same_sign = [{"run": "other inputs", "model": "small", "new - old": -0.01}]
     assert judge.protocol_checked(row, "exp", {"sensitivity.csv": same_sign}, papers) == row
-    assert judge.protocol_checked(row, "exp", {}, papers) == row  # no table stored: nothing to read
+    unrun = judge.protocol_checked(row, "exp", {}, papers)  # declared, not stored: the sign is not known
+    assert unrun["diagnosis kind"] == "open"
+    assert unrun["diagnosis"].startswith("open (protocol not yet run), not data: its declared sensitivity runs ")
+    assert unrun["diagnosis"].endswith("may yet turn the change around; few words per user")
     undeclared = row | {"effect": "base beats better"}
     assert judge.protocol_checked(undeclared, "exp", {"sensitivity.csv": runs}, papers) == undeclared
     (papers / "p" / "paper.toml").write_text(FACTS.replace('change = "new - old"\n', ""))
@@ -189,7 +192,11 @@ def test_a_protocol_run_may_be_read_from_another_experiments_result(papers):
     assert judge.referenced("exp", papers) == {("other", "sensitivity.csv")}
     row = {"effect": "new keeps old", "our change": 0.01, "diagnosis": "small data", "diagnosis kind": "data"}
     runs = [{"run": r, "model": "small", "new - old": x} for r, x in (("main", 0.01), ("other", -0.02))]
-    assert judge.protocol_checked(row, "exp", {"sensitivity.csv": runs}, papers) == row  # not the claim's own table
+    not_its_own = judge.protocol_checked(row, "exp", {"sensitivity.csv": runs}, papers)  # the claim's own table
+    assert not_its_own["diagnosis"].startswith(
+        "open (protocol not yet run), not data: its declared sensitivity runs "
+        "(other/sensitivity.csv) have no stored result"
+    )
     checked = judge.protocol_checked(row, "exp", {"other/sensitivity.csv": runs}, papers)
     assert checked["diagnosis"].startswith("open (protocol), not data: our own sensitivity runs give the other sign")
 

@@ -5,13 +5,17 @@ here at publish from a table the run stored, so a change to this rule makes no r
 The link holds when moving the quantity toward the paper's value moves our change toward the paper's
 change: beyond noise where the table allows an interval. A diagnosis of kind data or scale keeps its
 kind only then, with the curve beside it; without a declared curve, or where the curve does not move
-that way, it reads open (the cause it names is not shown to be the cause). Three forms:
+that way, it reads open (the cause it names is not shown to be the cause). Four forms:
 
-- **across users** (`paired` = column, value, better, worse; `x`): each user's relative change (seeds
-  averaged) against the user's `x`; Spearman's rank correlation, its interval by resampling users.
+- **across users** (`paired` = column, value, better, worse, optional x_of; `x`): each user's relative
+  change (seeds averaged) against the user's `x` (in the `better` condition's rows, or `x_of`'s);
+  Spearman's rank correlation, its interval by resampling users.
 - **subsampled conditions** (`conditions` = column, value, worse, better = [...]; `x`): the change of
   each better condition (as the effects rows draw theirs) at its median `x`, from the smallest to the
   largest; the last minus the first, its interval by resampling users.
+- **steps over sizes** (`steps` = value; `x`, optional `select`): the gain per doubling of `x` between
+  successive sizes, from the medians over users (the experiment is itself the curve over the data
+  size); the last step's minus the first's, its interval by resampling users.
 - **points** (`change`, optional `x`, `select`): a sweep's stored changes, no interval. With `spans`,
   the link holds where the sweep's changes reach the paper's on both sides; else the point at the
   paper's value (`paper_x`, or the one selected row) must lie nearer the paper's change than ours.
@@ -42,6 +46,7 @@ class Curve:
     paired: dict | None = None
     conditions: dict | None = None
     change: str = ""
+    steps: str = ""
     select: tuple = ()
     spans: bool = False
 
@@ -53,14 +58,14 @@ def declared(sections: list[dict], experiment: str, claim: str) -> list[Curve]:
         for c in section.get("curves", []):
             if not isinstance(c, dict) or c.get("claim") != claim:
                 continue
-            forms = [k for k in ("paired", "conditions", "change") if k in c]
+            forms = [k for k in ("paired", "conditions", "change", "steps") if k in c]
             missing = [k for k in ("quantity", "table") if k not in c] + ([] if len(forms) == 1 else ["one form"])
             missing += ["x"] if forms and forms[0] != "change" and "x" not in c else []
             if missing:
                 raise ValueError(f"paper.toml: {experiment}'s curve of {claim!r} lacks {', '.join(missing)}")
             select = tuple(sorted((str(k), str(v)) for k, v in (c.get("select") or {}).items()))
             paper_x = float(c["paper_x"]) if "paper_x" in c else None
-            kept = {k: c[k] for k in ("quantity", "table", "x", "change", "spans") if k in c}
+            kept = {k: c[k] for k in ("quantity", "table", "x", "change", "steps", "spans") if k in c}
             kept |= {k: dict(c[k]) for k in ("paired", "conditions") if k in c}
             found.append(Curve(claim, **kept, paper_x=paper_x, select=select))
     return found
@@ -105,11 +110,12 @@ def _interval(boot: np.ndarray) -> tuple[float, float]:
 def across_users(c: Curve, rows: list[dict]) -> dict | None:
     """Spearman's rho between each user's `x` and relative change, with its interval over users."""
     p = c.paired
-    got = _per_user(rows, p["column"], p["value"], c.x, [p["better"], p["worse"]])
+    of = p.get("x_of", p["better"])
+    got = _per_user(rows, p["column"], p["value"], c.x, list(dict.fromkeys([p["better"], p["worse"], of])))
     if got is None:
         return None
     values, xs = got
-    x, change = xs[p["better"]], (values[p["better"]] / values[p["worse"]] - 1).mean(axis=0)
+    x, change = xs[of], (values[p["better"]] / values[p["worse"]] - 1).mean(axis=0)
     idx = np.random.default_rng(0).integers(0, len(x), size=(N_BOOT, len(x)))
     low, high = _interval(spearman(x[idx], change[idx]))
     half = x <= np.median(x)
@@ -155,10 +161,52 @@ def subsampled(c: Curve, rows: list[dict]) -> dict | None:
     }
 
 
+def _selected(c: Curve, rows: list[dict]) -> list[dict]:
+    return [r for r in rows if all(_text(r, k) == v for k, v in c.select)]
+
+
+def per_doubling(c: Curve, rows: list[dict]) -> dict | None:
+    """The gain per doubling of `x` between successive sizes (the median over users at the larger size
+    over that at the smaller, to the power 1 / log2 of their ratio, less 1; seeds averaged); the last
+    step's minus the first's, with its interval over users. None with fewer than three sizes."""
+    kept = _selected(c, rows)
+    sizes = sorted({v for r in kept if (v := finite(r.get(c.x))) is not None})
+    names = {_text(r, c.x): finite(r.get(c.x)) for r in kept}
+    conditions = sorted((n for n in names if names[n] is not None), key=names.get)
+    got = _per_user(kept, c.x, c.steps, "", conditions) if len(sizes) >= 3 else None
+    if got is None or len(conditions) != len(sizes):
+        return None
+    values, users = got[0], len(next(iter(got[0].values()))[0])
+    idx = np.random.default_rng(0).integers(0, users, size=(N_BOOT, users))
+    full = np.arange(users)[None, :]
+
+    def gains(pick: np.ndarray) -> np.ndarray:  # (steps, len(pick)), seeds averaged
+        med = [np.median(values[n][:, pick], axis=2) for n in conditions]  # each (seeds, len(pick))
+        if any(np.any(m <= 0) for m in med):
+            return np.full((len(sizes) - 1, len(pick)), np.nan)
+        power = [1 / np.log2(b / a) for a, b in zip(sizes, sizes[1:])]
+        return np.array([((m1 / m0) ** p - 1).mean(axis=0) for m0, m1, p in zip(med, med[1:], power)])
+
+    step, boot = gains(full)[:, 0], gains(idx)
+    if not np.all(np.isfinite(step)):
+        return None
+    low, high = _interval(boot[-1] - boot[0])
+    shown = ", ".join(f"{a:,.0f} -> {b:,.0f} {g:+.1%}" for a, b, g in zip(sizes, sizes[1:], step))
+    stat = float(step[-1] - step[0])
+    return {
+        "stat": stat,
+        "low": low,
+        "high": high,
+        "x": sizes[-1],
+        "text": f"gain per doubling of {c.quantity} ({users} users, {c.table}): {shown}; last step minus first "
+        f"{stat * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}]",
+    }
+
+
 def points(c: Curve, rows: list[dict], ours: float, paper: float) -> dict | None:
     """A sweep's stored changes: whether they reach the paper's (`spans`) or its point at the
     paper's value lies nearer the paper's change than ours (no interval)."""
-    kept = [r for r in rows if all(_text(r, k) == v for k, v in c.select)]
+    kept = _selected(c, rows)
     pts = [(finite(r.get(c.x)) if c.x else None, finite(r.get(c.change))) for r in kept]
     pts = [(x, y) for x, y in pts if y is not None and (x is not None or not c.x)]
     if not pts:
@@ -192,7 +240,7 @@ def link(c: Curve, rows: list[dict], ours: float, paper: float) -> tuple[bool, s
     if c.change:
         got = points(c, rows, ours, paper)
         return None if got is None else (got["holds"], got["text"])
-    got = across_users(c, rows) if c.paired else subsampled(c, rows)
+    got = across_users(c, rows) if c.paired else per_doubling(c, rows) if c.steps else subsampled(c, rows)
     if got is None or c.paper_x is None:
         return None
     need = np.sign(paper - ours) * np.sign(c.paper_x - got["x"])

@@ -242,15 +242,23 @@ def reversals(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPER
 
 def protocol_checked(row: dict, experiment: str, tables: dict, papers_dir: Path = PAPERS) -> dict:
     """The row with its diagnosis read open where one of our own sensitivity runs reverses its
-    sign (`reversals`): a cause outside our implementation is not shown while a protocol of ours
-    turns the change around. A row without a diagnosis, or with an open one, is kept as it is."""
+    sign (`reversals`), or where a declared sensitivity table has no stored rows: a cause outside our
+    implementation is not shown while a protocol of ours turns (or may turn) the change around. A row
+    without a diagnosis, or with an open one, is kept as it is."""
     kind = text(row, "diagnosis kind")
     if not text(row, "diagnosis") or kind in ("", Kind.OPEN.value):
         return row
     found = reversals(row, experiment, tables, papers_dir)
-    if not found:
+    unrun = sorted(
+        {p.source for p in protocols(experiment, text(row, "effect"), papers_dir) if not tables.get(p.source)}
+    )
+    if found:
+        said = f"open (protocol), not {kind}: our own sensitivity runs give the other sign ({'; '.join(found)}); "
+    elif unrun:
+        said = f"open (protocol not yet run), not {kind}: its declared sensitivity runs ({', '.join(unrun)}) have no "
+        said += "stored result, so a protocol of ours may yet turn the change around; "
+    else:
         return row
-    said = f"open (protocol), not {kind}: our own sensitivity runs give the other sign ({'; '.join(found)}); "
     return row | {"diagnosis kind": Kind.OPEN.value, "diagnosis": said + text(row, "diagnosis")}
 
 

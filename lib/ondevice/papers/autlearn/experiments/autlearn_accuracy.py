@@ -249,8 +249,9 @@ def conclude(params: Params, text, images, pre, rows, history, rates, tflite_che
     control = fedavg_baseline.control_table(history, params.fedavg_control_tolerance, CLOUD, FED)
     why = fedavg_ablation.diagnoses(ablation, control)
     why |= gap_diagnoses(users, CUSTOM, CLOUD, text.table(), gap_rng, boots)
-    if (extra or {}).get("resolution") is not None:
-        why |= feature_resolution.diagnosis(extra["resolution"], users, CLOUD, params.seed)
+    if (res := (extra or {}).get("resolution")) is not None:
+        extra = extra | dict(resolution=(res := feature_resolution.against_cloud(res, users, CLOUD, params.seed)))
+        why |= feature_resolution.diagnosis(res, users, CLOUD, params.seed)
     effects = c.effects(measured, rng, n_boot=boots, statistic="mean", diagnoses=why)
     first = lambda effect: {"effect": effect, "paper change": np.nan}
     pairs = [(e, _matrix(users, k, b), _matrix(users, k, w)) for e, k, b, w in ORDERINGS]
