@@ -8,3 +8,6 @@ DEEPTYPE_TOP3EFF = dict(personal_epochs=2, seeds=2, tflite_check_steps=3, plante
 
 # deeptype_top3eff_sensitivity: two personal epochs, one candidate per optimizer, two seeds
 DEEPTYPE_TOP3EFF_SENSITIVITY = dict(personal_epochs=2, sgd_lr_grid=(1.0,), adam_lr_grid=(1e-3,), seeds=2)
+
+# deeptype_top3eff_global_sensitivity: two personal epochs, two seeds
+DEEPTYPE_TOP3EFF_GLOBAL_SENSITIVITY = dict(personal_epochs=2, seeds=2)

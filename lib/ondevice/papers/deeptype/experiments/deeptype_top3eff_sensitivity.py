@@ -4,10 +4,11 @@ The crowd model and test users are deeptype_top3eff's (the same model-cache entr
 choice, `reading_choice`). The effect (crowd global model -> personalized, without the dynamic
 vocabulary, paired over the test users) is measured under the main protocol, under the step-size
 reading the validation users did not prefer, with the personal configuration best on the validation
-users (a deviation, `protocol.select`), and with each protocol choice switched back to the suite's
-earlier one (`sensitivity.SWITCHES`; a switched crowd or global regime trains its own global model).
-Split from deeptype_top3eff on 2026-12-07 so that each notebook runs cold within a sitting; top3eff's
-rows read these runs at publish (its claims' protocols in paper.toml).
+users (a deviation, `protocol.select`), and with each protocol choice on the crowd model switched back
+to the suite's earlier one (`sensitivity.SWITCHES`; the two that switch the crowd or the global regime
+train a global model of their own and run in deeptype_top3eff_global_sensitivity). Split from
+deeptype_top3eff on 2026-12-07 so that each notebook runs cold within a sitting; top3eff's rows read
+these runs at publish (its claims' protocols in paper.toml).
 
 Stages: `load`, `train`, `reading_choice.select`, `select_personal`, `sensitivity.main_rows`,
 `sensitivity.switched`, `conclude`.
@@ -41,8 +42,9 @@ class Params(DeepTypeParams):
     sgd_lr_grid: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0, 3.0)  # candidates tried on the validation users
     adam_lr_grid: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3)  # (each with 1..personal_epochs epochs)
     step_size_tie: float = 0.001  # `reading_choice.RULE`, as top3eff's
-    # protocol choices switched back one at a time (`sensitivity.SWITCHES`; leaky_crowd and adam_global train a model)
-    sensitivity: tuple[str, ...] = ("leaky_crowd", "fixed_epochs", "adam_global", "mean_loss_personal")
+    # protocol choices switched back one at a time (`sensitivity.SWITCHES`) on the crowd model; the two that train
+    # a global model of their own (leaky_crowd, adam_global) run in deeptype_top3eff_global_sensitivity
+    sensitivity: tuple[str, ...] = ("fixed_epochs", "mean_loss_personal")
 
     PRESETS = presets(
         typing_protocol.PRESETS,
