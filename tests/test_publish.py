@@ -193,8 +193,10 @@ def _protocol_checked(name: str, row: dict) -> dict:
     run, experiment = json.loads((COMMITTED / name / "run.json").read_text()), name
     experiment = run.get("experiment") or name
     for other, table in judge.referenced(experiment):  # protocol runs another experiment's result holds
-        with (COMMITTED / other / "tables" / table).open(newline="") as f:
-            tables[f"{other}/{table}"] = list(csv.DictReader(f))
+        path = COMMITTED / other / "tables" / table
+        if path.is_file():  # not yet run: no rows, as the pages read it (the row reads protocol not yet run)
+            with path.open(newline="") as f:
+                tables[f"{other}/{table}"] = list(csv.DictReader(f))
     # read open where our own protocols reverse its sign, or where a data or scale cause has no curve
     return judge.curve_checked(judge.protocol_checked(row, experiment, tables), experiment, tables)
 
