@@ -8,7 +8,8 @@ trains its own global model, and the effect (that global model -> personalized a
 without the dynamic vocabulary, paired over the test users) is measured from it. Split from
 deeptype_top3eff_sensitivity on 2026-12-07 so that each runs cold within a sitting: these two switches
 train two global models (top3eff's last record: the leaky crowd, 2.6x the clean crowd's words, 3,593 s
-with its personalization, the Adam regime 960 s); the switches that reuse the crowd model stay there. top3eff's crowd row reads both tables at publish (its claims' protocols).
+with its personalization, the Adam regime 960 s); the switches that reuse the crowd model stay there.
+top3eff's crowd row reads both tables at publish (its claims' protocols).
 
 Stages: `load`, `train`, `reading_choice.select`, `sensitivity.switched`, `conclude`.
 """
